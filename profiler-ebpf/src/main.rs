@@ -1,0 +1,688 @@
+//! Kernel side of the profiler.
+//!
+//! Data flow: cgroup lifecycle tracepoints keep `CGROUPS` (cgroup id -> exec) and `EXECS`
+//! (exec id -> totals) in step with the watched subtree. CPU, run-queue, IO-wait, syscall IO and
+//! context-switch figures are the kernel's own per-task counters, collected once per task when
+//! it is freed (`sched_process_free`): exact, and nothing runs on `sched_switch`. Block requests
+//! are counted once each, at completion, and charged to the exec that caused them. Lifecycle
+//! records go to a ring buffer without wake-ups; userspace drains it on a timer.
+#![no_std]
+#![no_main]
+// The BPF target has no atomic compare-and-swap, so core's AtomicU64 lacks fetch_add; the
+// intrinsic lowers to the BPF atomic add instruction.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
+
+use core::{
+    ffi::c_void,
+    ptr::{null, read_volatile},
+    intrinsics::{AtomicOrdering, atomic_xadd},
+};
+
+use aya_ebpf::{
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns,
+        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf, generated as helper,
+    },
+    macros::{btf_tracepoint, map},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::BtfTracePointContext,
+};
+use profiler_common::*;
+
+// ---------------------------------------------------------------------------------------------
+// Load-time globals (set by userspace; read-only, so the verifier prunes unused branches).
+
+#[unsafe(no_mangle)]
+static OFFSETS: KernelOffsets = KernelOffsets::ABSENT;
+
+#[unsafe(no_mangle)]
+static CONFIG: Config = Config { base_cgroup_id: 0, exec_depth: 1, blkcg_attribution: 0 };
+
+/// Bit of REQ_PREFLUSH in a request's cmd_flags (from the kernel's `enum req_flag_bits`).
+#[unsafe(no_mangle)]
+static REQ_PREFLUSH_BIT: u32 = 18;
+
+macro_rules! off {
+    ($f:ident) => {
+        // SAFETY: plain read of a global; volatile so the compiler cannot fold the default.
+        #[allow(unused_unsafe)]
+        unsafe {
+            read_volatile(&OFFSETS.$f)
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Maps. Sizes are defaults; userspace may change them before load.
+
+/// Every cgroup of the watched subtree -> its exec.
+#[map]
+static CGROUPS: HashMap<u64, CgroupEntry> = HashMap::with_max_entries(16384, 0);
+
+/// Exec id -> totals.
+#[map]
+static EXECS: HashMap<u64, ExecStats> = HashMap::with_max_entries(4096, 0);
+
+/// Tid -> counters at the moment the task came under the profiler while already running.
+#[map]
+static BASELINES: HashMap<u32, TaskBaseline> = HashMap::with_max_entries(16384, 0);
+
+/// Request pointer -> exec and issue time, from request start to completion. LRU so that a
+/// request whose completion is never seen cannot leak an entry.
+#[map]
+static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(8192, 0);
+
+/// Lifecycle records to userspace.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+/// Counters of records or entries that could not be stored (see DROP_* in profiler-common).
+#[map]
+static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_COUNTERS, 0);
+
+/// Zeroed ExecStats to insert from (too big for the 512-byte BPF stack). Never written.
+#[map]
+static ZERO_STATS: PerCpuArray<ExecStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU scratch record for building a TaskRecord off the stack.
+#[map]
+static SCRATCH: PerCpuArray<TaskRecord> = PerCpuArray::with_max_entries(1, 0);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+#[inline(always)]
+fn drop_count(idx: u32) {
+    if let Some(p) = DROPS.get_ptr_mut(idx) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
+        unsafe { *p += 1 };
+    }
+}
+
+/// Read a `T` at `base + off`; zero when the field is absent or the read fails (the helper
+/// zeroes its destination on failure). Branch-free, which keeps the verifier's work small.
+#[inline(always)]
+fn rd<T: Copy + Default>(base: *const u8, off: u32) -> T {
+    let mut v = T::default();
+    if off != ABSENT {
+        // SAFETY: bpf_probe_read_kernel copes with any source address.
+        unsafe {
+            helper::bpf_probe_read_kernel(
+                &mut v as *mut T as *mut c_void,
+                size_of::<T>() as u32,
+                base.wrapping_add(off as usize) as *const c_void,
+            )
+        };
+    }
+    v
+}
+
+#[inline(always)]
+fn rd_ptr(base: *const u8, off: u32) -> *const u8 {
+    rd::<u64>(base, off) as *const u8
+}
+
+#[inline(always)]
+fn add(field: &mut u64, v: u64) {
+    // SAFETY: the field lives in a map value shared between CPUs; an atomic add is the only
+    // access other than userspace reads.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(field, v) };
+}
+
+/// The cgroup's id (0 when unreadable: no cgroup has id 0).
+#[inline(always)]
+fn cgroup_id(cgrp: *const u8) -> u64 {
+    rd::<u64>(rd_ptr(cgrp, off!(cgroup_kn)), off!(kernfs_node_id))
+}
+
+/// True for cgroups of the v2 (default) hierarchy, whose hierarchy id is 0; the same
+/// tracepoints fire for v1 hierarchies, whose ids live in another number space.
+#[inline(always)]
+fn on_v2(cgrp: *const u8) -> bool {
+    let root = rd_ptr(cgrp, off!(cgroup_root));
+    !root.is_null() && rd::<i32>(root, off!(cgroup_root_hierarchy_id)) == 0
+}
+
+#[inline(always)]
+fn task_cgroup_id(task: *const u8) -> u64 {
+    let cset = rd_ptr(task, off!(task_cgroups));
+    cgroup_id(rd_ptr(cset, off!(css_set_dfl_cgrp)))
+}
+
+#[inline(always)]
+fn entry_of(cgroup_id: u64) -> Option<CgroupEntry> {
+    // SAFETY: entries are plain data, copied out.
+    unsafe { CGROUPS.get(&cgroup_id) }.copied()
+}
+
+#[inline(always)]
+fn stats_of(exec_id: u64) -> Option<&'static mut ExecStats> {
+    match EXECS.get_ptr_mut(&exec_id) {
+        // SAFETY: map values stay valid for the program's run; fields are updated atomically.
+        Some(p) => Some(unsafe { &mut *p }),
+        None => {
+            drop_count(DROP_EXEC_MISSING);
+            None
+        }
+    }
+}
+
+/// The task's cumulative counters. Returns false when the task has no delay accounting.
+#[inline(always)]
+fn read_counters(task: *const u8, c: &mut TaskCounters) -> bool {
+    c.oncpu_ns = rd(task, off!(task_sum_exec_runtime));
+    c.runq_ns = rd(task, off!(task_run_delay));
+    c.runq_count = rd(task, off!(task_pcount));
+    c.nvcsw = rd(task, off!(task_nvcsw));
+    c.nivcsw = rd(task, off!(task_nivcsw));
+    c.rchar = rd(task, off!(task_ioac_rchar));
+    c.wchar = rd(task, off!(task_ioac_wchar));
+    c.syscr = rd(task, off!(task_ioac_syscr));
+    c.syscw = rd(task, off!(task_ioac_syscw));
+    c.storage_read_bytes = rd(task, off!(task_ioac_read_bytes));
+    c.dirtied_bytes = rd(task, off!(task_ioac_write_bytes));
+    c.cancelled_write_bytes = rd(task, off!(task_ioac_cancelled_write_bytes));
+    let delays = rd_ptr(task, off!(task_delays));
+    if delays.is_null() {
+        c.iowait_ns = 0;
+        c.iowait_count = 0;
+        c.swapin_ns = 0;
+        c.reclaim_ns = 0;
+        c.thrashing_ns = 0;
+        return false;
+    }
+    c.iowait_ns = rd(delays, off!(delays_blkio_delay));
+    c.iowait_count = rd::<u32>(delays, off!(delays_blkio_count)) as u64;
+    c.swapin_ns = rd(delays, off!(delays_swapin_delay));
+    c.reclaim_ns = rd(delays, off!(delays_freepages_delay));
+    c.thrashing_ns = rd(delays, off!(delays_thrashing_delay));
+    true
+}
+
+/// Fill `rec` with the task's identity and its counters minus any baseline. Returns the
+/// baseline-matching state: Some(true) when a baseline applied.
+#[inline(always)]
+fn fill_record(task: *const u8, exec_id: u64, kind: u32, rec: &mut TaskRecord) -> bool {
+    rec.kind = kind;
+    rec.exec_id = exec_id;
+    rec.pid = rd::<u32>(task, off!(task_pid));
+    rec.tgid = rd::<u32>(task, off!(task_tgid));
+    rec.start_time_ns = rd(task, off!(task_start_time));
+    rec.comm = rd(task, off!(task_comm));
+    rec.flags = if rec.pid == rec.tgid { TASK_LEADER } else { 0 };
+    if !read_counters(task, &mut rec.counters) {
+        rec.flags |= TASK_NO_DELAYS;
+    }
+    // SAFETY: plain data copied out.
+    let base = unsafe { BASELINES.get(&rec.pid) }.copied();
+    match base {
+        Some(b) if b.start_time_ns == rec.start_time_ns => {
+            rec.counters = rec.counters.since(&b.counters);
+            rec.flags |= TASK_PARTIAL;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn emit<T>(ev: &T) {
+    // Wake the reader only when the buffer is filling up; otherwise it drains on its timer.
+    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) > (1 << 20) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    if EVENTS.output::<T>(ev, flags as u64).is_err() {
+        drop_count(DROP_RINGBUF);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cgroup lifecycle: keep CGROUPS and EXECS in step with the subtree.
+
+#[btf_tracepoint(function = "cgroup_mkdir")]
+pub fn cgroup_mkdir(ctx: BtfTracePointContext) -> i32 {
+    let cgrp: *const u8 = ctx.arg(0);
+    let path: *const u8 = ctx.arg(1);
+    let _ = try_cgroup_mkdir(cgrp, path);
+    0
+}
+
+#[inline(always)]
+fn try_cgroup_mkdir(cgrp: *const u8, path: *const u8) -> Option<()> {
+    if !on_v2(cgrp) {
+        return None;
+    }
+    let id = cgroup_id(cgrp);
+    let parent_css = rd_ptr(cgrp, off!(cgroup_parent_css));
+    let parent_id = cgroup_id(rd_ptr(parent_css, off!(css_cgroup)));
+    let parent = entry_of(parent_id)?;
+    let depth = parent.depth + 1;
+    let exec_depth = unsafe { read_volatile(&CONFIG.exec_depth) };
+    let exec_id = if depth <= exec_depth { id } else { parent.exec_id };
+    if exec_id == id {
+        let zero = ZERO_STATS.get(0)?;
+        if let Err(e) = EXECS.insert(&id, zero, BPF_NOEXIST as u64) {
+            if e != -17 {
+                drop_count(DROP_EXECS_FULL); // -EEXIST is fine: userspace got there first
+                return None;
+            }
+        }
+    }
+    let entry = CgroupEntry { exec_id, depth, _pad: 0 };
+    if let Err(e) = CGROUPS.insert(&id, &entry, BPF_NOEXIST as u64) {
+        if e != -17 {
+            drop_count(DROP_CGROUPS_FULL);
+            return None;
+        }
+    }
+    let kind = if exec_id == id { EV_EXEC_CREATED } else { EV_CGROUP_CREATED };
+    emit_cgroup_event(kind, id, &entry, path);
+    Some(())
+}
+
+#[inline(always)]
+fn emit_cgroup_event(kind: u32, id: u64, entry: &CgroupEntry, path: *const u8) {
+    let Some(mut slot) = EVENTS.reserve::<CgroupEvent>(0) else {
+        drop_count(DROP_RINGBUF);
+        return;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: the slot is ours until submitted; every field is written before submit.
+    unsafe {
+        (*ev).kind = kind;
+        (*ev).depth = entry.depth;
+        (*ev).ts_ns = bpf_ktime_get_ns();
+        (*ev).cgroup_id = id;
+        (*ev).exec_id = entry.exec_id;
+        (*ev).path[0] = 0;
+        if !path.is_null() {
+            let _ = bpf_probe_read_kernel_str_bytes(path, &mut (*ev).path);
+        }
+    }
+    // Exec starts and ends are what the reader waits for: wake it.
+    slot.submit(BPF_RB_FORCE_WAKEUP as u64);
+}
+
+#[btf_tracepoint(function = "cgroup_rmdir")]
+pub fn cgroup_rmdir(ctx: BtfTracePointContext) -> i32 {
+    let cgrp: *const u8 = ctx.arg(0);
+    if on_v2(cgrp) {
+        let id = cgroup_id(cgrp);
+        if let Some(entry) = entry_of(id) {
+            // The mapping stays: tasks that died in the cgroup are still to be freed.
+            emit_cgroup_event(EV_CGROUP_REMOVED, id, &entry, null());
+        }
+    }
+    0
+}
+
+/// A task moved into (or within) the subtree keeps its counters from before the move out of
+/// its new exec: take a baseline. If it already had one, charge the time since to the exec it
+/// leaves.
+#[btf_tracepoint(function = "cgroup_attach_task")]
+pub fn cgroup_attach_task(ctx: BtfTracePointContext) -> i32 {
+    let dst: *const u8 = ctx.arg(0);
+    let task: *const u8 = ctx.arg(2);
+    let _ = try_attach_task(dst, task);
+    0
+}
+
+#[inline(always)]
+fn try_attach_task(dst: *const u8, task: *const u8) -> Option<()> {
+    if !on_v2(dst) {
+        return None;
+    }
+    let dst_entry = entry_of(cgroup_id(dst));
+    let pid = rd::<u32>(task, off!(task_pid));
+    let start = rd::<u64>(task, off!(task_start_time));
+    let rec = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch, used only within this program run.
+    let rec = unsafe { &mut *rec };
+    read_counters(task, &mut rec.counters);
+    // SAFETY: plain data copied out.
+    if let Some(old) = unsafe { BASELINES.get(&pid) }.copied() {
+        if old.start_time_ns == start && Some(old.exec_id) != dst_entry.map(|e| e.exec_id) {
+            if let Some(stats) = stats_of(old.exec_id) {
+                let moved = rec.counters.since(&old.counters);
+                let m = moved.as_array();
+                let ended = stats.ended.as_array_mut();
+                for i in 0..TASK_COUNTERS {
+                    add(&mut ended[i], m[i]);
+                }
+            }
+        }
+    }
+    match dst_entry {
+        Some(e) => {
+            let b = TaskBaseline { start_time_ns: start, exec_id: e.exec_id, counters: rec.counters };
+            if BASELINES.insert(&pid, &b, 0).is_err() {
+                drop_count(DROP_BASELINES_FULL);
+            }
+        }
+        None => {
+            let _ = BASELINES.remove(&pid);
+        }
+    }
+    Some(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Task lifecycle.
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
+    let parent: *const u8 = ctx.arg(0);
+    let child: *const u8 = ctx.arg(1);
+    let _ = try_fork(parent, child);
+    0
+}
+
+#[inline(always)]
+fn try_fork(parent: *const u8, child: *const u8) -> Option<()> {
+    // The child's own cgroup: clone3(CLONE_INTO_CGROUP) may start it outside its parent's.
+    let entry = entry_of(task_cgroup_id(child))?;
+    let stats = stats_of(entry.exec_id)?;
+    let pid = rd::<u32>(child, off!(task_pid));
+    let tgid = rd::<u32>(child, off!(task_tgid));
+    if pid == tgid {
+        add(&mut stats.procs_started, 1);
+        let ev = ProcForkEvent {
+            kind: EV_PROC_FORK,
+            tgid,
+            parent_tgid: rd::<u32>(parent, off!(task_tgid)),
+            _pad: 0,
+            exec_id: entry.exec_id,
+        };
+        emit(&ev);
+    } else {
+        add(&mut stats.threads_started, 1);
+    }
+    Some(())
+}
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    let _ = try_exec(task);
+    0
+}
+
+#[inline(always)]
+fn try_exec(task: *const u8) -> Option<()> {
+    // SAFETY: helper without arguments.
+    let entry = entry_of(unsafe { bpf_get_current_cgroup_id() })?;
+    let stats = stats_of(entry.exec_id)?;
+    add(&mut stats.execve, 1);
+    let Some(mut slot) = EVENTS.reserve::<ProcExecEvent>(0) else {
+        drop_count(DROP_RINGBUF);
+        return None;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: the slot is ours until submitted; every field is written before submit.
+    unsafe {
+        (*ev).kind = EV_PROC_EXEC;
+        (*ev).tgid = rd::<u32>(task, off!(task_tgid));
+        (*ev)._pad = 0;
+        (*ev).exec_id = entry.exec_id;
+        (*ev).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        (*ev).args_len = 0;
+        // The new program's argv, from its stack (set up before this tracepoint fires).
+        let mm = rd_ptr(task, off!(task_mm));
+        let start = rd::<u64>(mm, off!(mm_arg_start));
+        let end = rd::<u64>(mm, off!(mm_arg_end));
+        let mut len = end.saturating_sub(start) as usize;
+        if len > ARGS_LEN {
+            len = ARGS_LEN;
+        }
+        if start != 0 && len > 0 {
+            let buf = &mut (*ev).args;
+            if len <= buf.len()
+                && bpf_probe_read_user_buf(start as *const u8, &mut buf[..len]).is_ok()
+            {
+                (*ev).args_len = len as u32;
+            }
+        }
+    }
+    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) > (1 << 20) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    slot.submit(flags as u64);
+    Some(())
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
+    // SAFETY: helper without arguments.
+    if let Some(entry) = entry_of(unsafe { bpf_get_current_cgroup_id() }) {
+        if let Some(stats) = stats_of(entry.exec_id) {
+            add(&mut stats.task_exits, 1);
+            // Until sched_process_free, the task's final counters are still to come.
+            add(&mut stats.pending, 1);
+        }
+    }
+    0
+}
+
+/// The task is gone: its counters are final. Charge them to its exec and report the task.
+#[btf_tracepoint(function = "sched_process_free")]
+pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    let _ = try_free(task);
+    0
+}
+
+#[inline(always)]
+fn try_free(task: *const u8) -> Option<()> {
+    let entry = entry_of(task_cgroup_id(task))?;
+    let rec = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch, used only within this program run.
+    let rec = unsafe { &mut *rec };
+    let partial = fill_record(task, entry.exec_id, EV_TASK_END, rec);
+    if partial {
+        let _ = BASELINES.remove(&rec.pid);
+    }
+    let stats = stats_of(entry.exec_id)?;
+    let c = rec.counters.as_array();
+    let ended = stats.ended.as_array_mut();
+    for i in 0..TASK_COUNTERS {
+        add(&mut ended[i], c[i]);
+    }
+    add(&mut stats.pending, u64::MAX); // wrapping -1
+    if rec.flags & TASK_LEADER != 0 {
+        add(&mut stats.proc_exits, 1);
+    }
+    if rec.flags & TASK_NO_DELAYS != 0 {
+        add(&mut stats.tasks_without_delays, 1);
+    }
+    if partial {
+        add(&mut stats.tasks_partial, 1);
+    }
+    emit(rec);
+    Some(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block IO: one count per request, at completion, charged to the exec recorded when the
+// request was created in the submitter's context. Counting per issue would double-count
+// requeued requests; the current task at issue or completion is often kblockd or an IRQ.
+
+#[btf_tracepoint(function = "block_io_start")]
+pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
+    let rq: *const u8 = ctx.arg(0);
+    let _ = try_io_start(rq);
+    0
+}
+
+#[inline(always)]
+fn try_io_start(rq: *const u8) -> Option<()> {
+    let exec_depth = unsafe { read_volatile(&CONFIG.exec_depth) };
+    let mut exec_id = 0u64;
+    if unsafe { read_volatile(&CONFIG.blkcg_attribution) } != 0 {
+        // cgroup writeback: the bio carries the blkcg of the cgroup that dirtied the pages.
+        let bio = rd_ptr(rq, off!(rq_bio));
+        let blkg = rd_ptr(bio, off!(bio_blkg));
+        let blkcg = rd_ptr(blkg, off!(blkg_blkcg));
+        let cgrp = rd_ptr(blkcg, off!(blkcg_css_cgroup));
+        if let Some(e) = entry_of(cgroup_id(cgrp)) {
+            // A blkcg above exec depth only says the io controller is not delegated further.
+            if e.depth >= exec_depth {
+                exec_id = e.exec_id;
+            }
+        }
+    }
+    if exec_id == 0 {
+        // SAFETY: helper without arguments.
+        exec_id = entry_of(unsafe { bpf_get_current_cgroup_id() })?.exec_id;
+    }
+    let flags = rd::<u32>(rq, off!(rq_cmd_flags));
+    let preflush_bit = unsafe { read_volatile(&REQ_PREFLUSH_BIT) };
+    let op = match flags & 0xff {
+        0 => OP_READ,
+        1 => OP_WRITE,
+        2 => OP_FLUSH,
+        3 | 5 | 9 => OP_DISCARD, // discard, secure erase, write zeroes
+        _ => OP_OTHER,
+    };
+    let preflush = preflush_bit < 32 && flags & (1u32 << (preflush_bit & 31)) != 0;
+    let v = Inflight { exec_id, issue_ns: 0, op, preflush: preflush as u32 };
+    if INFLIGHT.insert(&(rq as u64), &v, 0).is_err() {
+        drop_count(DROP_INFLIGHT_FULL);
+    }
+    Some(())
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
+    let rq: *const u8 = ctx.arg(0);
+    if let Some(p) = INFLIGHT.get_ptr_mut(&(rq as u64)) {
+        // Latency is measured from the last issue (a requeued request is issued again).
+        // SAFETY: map value of this request; only this request's events touch it.
+        unsafe { (*p).issue_ns = bpf_ktime_get_ns() };
+    }
+    0
+}
+
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
+    let rq: *const u8 = ctx.arg(0);
+    let nr_bytes: u32 = ctx.arg(2);
+    let _ = try_rq_complete(rq, nr_bytes);
+    0
+}
+
+#[inline(always)]
+fn try_rq_complete(rq: *const u8, nr_bytes: u32) -> Option<()> {
+    let key = rq as u64;
+    // SAFETY: plain data copied out.
+    let inf = unsafe { INFLIGHT.get(&key) }.copied()?;
+    let stats = stats_of(inf.exec_id);
+    // A request may complete in parts; it is done when this part covers what is left.
+    let left = rd::<u32>(rq, off!(rq_data_len));
+    let done = nr_bytes >= left;
+    if done {
+        let _ = INFLIGHT.remove(&key);
+    }
+    let d = &mut stats?.disk;
+    let bytes = nr_bytes as u64;
+    let lat = if done && inf.issue_ns != 0 {
+        // SAFETY: helper without arguments.
+        Some(unsafe { bpf_ktime_get_ns() }.saturating_sub(inf.issue_ns))
+    } else {
+        None
+    };
+    let b = lat.map(lat_bucket).unwrap_or(0);
+    match inf.op {
+        OP_READ => {
+            add(&mut d.read_bytes, bytes);
+            if done {
+                add(&mut d.read_reqs, 1);
+                if let Some(l) = lat {
+                    add(&mut d.read_lat_sum_ns, l);
+                    if b < LAT_BUCKETS {
+                        add(&mut d.read_lat[b], 1);
+                    }
+                }
+            }
+        }
+        OP_WRITE if bytes > 0 || left > 0 => {
+            add(&mut d.write_bytes, bytes);
+            if done {
+                add(&mut d.write_reqs, 1);
+                if let Some(l) = lat {
+                    add(&mut d.write_lat_sum_ns, l);
+                    if b < LAT_BUCKETS {
+                        add(&mut d.write_lat[b], 1);
+                    }
+                }
+            }
+        }
+        OP_DISCARD => {
+            add(&mut d.discard_bytes, bytes);
+            if done {
+                add(&mut d.discard_reqs, 1);
+            }
+        }
+        _ => {}
+    }
+    if done && (inf.op == OP_FLUSH || inf.preflush != 0) {
+        add(&mut d.flush_reqs, 1);
+    }
+    Some(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Task iterator: live counters of every task in the subtree, read by userspace on demand.
+
+#[repr(C)]
+struct BpfIterMeta {
+    seq: *mut c_void,
+    session_id: u64,
+    seq_num: u64,
+}
+
+#[repr(C)]
+struct BpfIterTask {
+    meta: *const BpfIterMeta,
+    task: *const u8,
+}
+
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub extern "C" fn task_snapshot(ctx: *mut c_void) -> i32 {
+    let ctx = ctx as *const BpfIterTask;
+    // SAFETY: the kernel passes a bpf_iter__task; direct loads keep the verifier's pointer types.
+    let (meta, task) = unsafe { ((*ctx).meta, (*ctx).task) };
+    if task.is_null() {
+        return 0;
+    }
+    let Some(entry) = entry_of(task_cgroup_id(task)) else {
+        return 0;
+    };
+    let Some(rec) = SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU scratch, used only within this program run.
+    let rec = unsafe { &mut *rec };
+    fill_record(task, entry.exec_id, EV_TASK_SNAPSHOT, rec);
+    // SAFETY: seq is the iterator's seq_file; rec is a valid buffer of the given size.
+    unsafe {
+        let seq = (*meta).seq;
+        helper::bpf_seq_write(seq as _, rec as *const TaskRecord as *const c_void, size_of::<TaskRecord>() as u32);
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

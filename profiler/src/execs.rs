@@ -1,0 +1,604 @@
+//! The userspace model of execs: which execs exist, their processes, and the record of an
+//! exec once its figures are final. Pure logic, fed by kernel events and map reads.
+
+use std::collections::HashMap;
+
+use anyhow::{Result, bail};
+use profiler_common::*;
+
+use crate::report::{ExecReport, ProcReport};
+
+/// A record from the ring buffer.
+#[derive(Clone, Debug)]
+pub enum Event {
+    Cgroup(CgroupEvent),
+    TaskEnd(TaskRecord),
+    ProcExec(ProcExecEvent),
+    ProcFork(ProcForkEvent),
+}
+
+fn read<T: Copy>(bytes: &[u8]) -> Result<T> {
+    if bytes.len() < size_of::<T>() {
+        bail!("short record: {} bytes, expected {}", bytes.len(), size_of::<T>());
+    }
+    // SAFETY: length checked; T is plain data.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const T) })
+}
+
+impl Event {
+    pub fn parse(bytes: &[u8]) -> Result<Event> {
+        let kind: u32 = read(bytes)?;
+        Ok(match kind {
+            EV_EXEC_CREATED | EV_CGROUP_CREATED | EV_CGROUP_REMOVED => Event::Cgroup(read(bytes)?),
+            EV_TASK_END => Event::TaskEnd(read(bytes)?),
+            EV_PROC_EXEC => Event::ProcExec(read(bytes)?),
+            EV_PROC_FORK => Event::ProcFork(read(bytes)?),
+            k => bail!("unknown record kind {k}"),
+        })
+    }
+}
+
+/// NUL-terminated bytes to a string.
+pub fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// argv as the kernel stores it (NUL-separated) to "the first words", at most `max` chars.
+pub fn args_summary(raw: &[u8], max: usize) -> String {
+    let words: Vec<String> = raw
+        .split(|&c| c == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    let mut out = String::new();
+    for w in words {
+        let sep = if out.is_empty() { 0 } else { 1 };
+        if out.len() + sep + w.len() > max {
+            if out.is_empty() {
+                out = w.chars().take(max).collect();
+            }
+            out.push('…');
+            break;
+        }
+        if sep == 1 {
+            out.push(' ');
+        }
+        out.push_str(&w);
+    }
+    out
+}
+
+const ARGS_SUMMARY_CHARS: usize = 96;
+
+/// One process of an exec (all its threads).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Proc {
+    pub tgid: u32,
+    pub comm: String,
+    pub args: String,
+    pub threads: u32,
+    pub counters: TaskCounters,
+    pub ended: bool,
+}
+
+impl Proc {
+    pub fn cpu(&self) -> u64 {
+        self.counters.oncpu_ns
+    }
+    pub fn io(&self) -> u64 {
+        self.counters.rchar + self.counters.wchar
+    }
+    pub fn stall(&self) -> u64 {
+        let c = &self.counters;
+        c.runq_ns + c.iowait_ns + c.swapin_ns + c.reclaim_ns + c.thrashing_ns
+    }
+}
+
+/// The processes of one exec, bounded: ended processes beyond `keep` that rank low on CPU,
+/// IO and stall are folded into `other`.
+#[derive(Clone, Debug, Default)]
+pub struct ProcTable {
+    live: HashMap<u32, Proc>,
+    done: Vec<Proc>,
+    pub other_count: u64,
+    pub other: TaskCounters,
+    keep: usize,
+}
+
+/// Live processes kept per exec before the excess is folded into `other`.
+const MAX_LIVE: usize = 32768;
+
+impl ProcTable {
+    pub fn new(keep: usize) -> Self {
+        Self { keep: keep.max(3), ..Default::default() }
+    }
+
+    fn live_entry(&mut self, tgid: u32) -> &mut Proc {
+        if self.live.len() >= MAX_LIVE && !self.live.contains_key(&tgid) {
+            // Far more live processes than any report shows: fold an arbitrary one away.
+            if let Some(&k) = self.live.keys().next() {
+                let p = self.live.remove(&k).unwrap();
+                self.other_count += 1;
+                self.other.add(&p.counters);
+            }
+        }
+        self.live.entry(tgid).or_insert_with(|| Proc { tgid, ..Default::default() })
+    }
+
+    pub fn on_fork(&mut self, tgid: u32, parent_tgid: u32) {
+        let (comm, args) = match self.live.get(&parent_tgid) {
+            Some(p) => (p.comm.clone(), p.args.clone()),
+            None => (String::new(), String::new()),
+        };
+        let p = self.live_entry(tgid);
+        // A forked child runs its parent's program until it calls execve.
+        if p.comm.is_empty() {
+            p.comm = comm;
+            p.args = args;
+        }
+    }
+
+    pub fn on_exec(&mut self, tgid: u32, comm: String, args: String) {
+        let p = self.live_entry(tgid);
+        p.comm = comm;
+        p.args = args;
+    }
+
+    /// Command line of a process that was already running at attach.
+    pub fn set_args_if_unknown(&mut self, tgid: u32, comm: &str, args: String) {
+        let p = self.live_entry(tgid);
+        if p.args.is_empty() {
+            p.args = args;
+        }
+        if p.comm.is_empty() {
+            p.comm = comm.to_owned();
+        }
+    }
+
+    pub fn on_task_end(&mut self, rec: &TaskRecord) {
+        let comm = cstr(&rec.comm);
+        if let Some(p) = self.done.iter_mut().find(|p| p.tgid == rec.tgid) {
+            // A thread freed after its process's leader.
+            p.counters.add(&rec.counters);
+            p.threads += 1;
+            return;
+        }
+        let p = self.live_entry(rec.tgid);
+        p.counters.add(&rec.counters);
+        p.threads += 1;
+        if rec.flags & TASK_LEADER != 0 {
+            p.comm = comm; // the final name (after any execve)
+            p.ended = true;
+            let p = self.live.remove(&rec.tgid).unwrap();
+            self.done.push(p);
+            if self.done.len() > 2 * self.keep {
+                self.compact();
+            }
+        } else if p.comm.is_empty() {
+            p.comm = comm;
+        }
+    }
+
+    /// Keep the processes that rank in the top third of `keep` by CPU, IO or stall.
+    fn compact(&mut self) {
+        let n = (self.keep / 3).max(1);
+        let mut keep = vec![false; self.done.len()];
+        for metric in [Proc::cpu as fn(&Proc) -> u64, Proc::io, Proc::stall] {
+            let mut idx: Vec<usize> = (0..self.done.len()).collect();
+            idx.sort_by_key(|&i| std::cmp::Reverse(metric(&self.done[i])));
+            for &i in idx.iter().take(n) {
+                keep[i] = true;
+            }
+        }
+        let mut kept = Vec::with_capacity(self.keep);
+        for (p, k) in std::mem::take(&mut self.done).into_iter().zip(keep) {
+            if k {
+                kept.push(p);
+            } else {
+                self.other_count += 1;
+                self.other.add(&p.counters);
+            }
+        }
+        self.done = kept;
+    }
+
+    /// All processes: ended ones and, with `live` snapshot counters, running ones.
+    pub fn processes(&self, live_counters: &HashMap<u32, (TaskCounters, u32)>) -> Vec<Proc> {
+        let mut out = self.done.clone();
+        for p in self.live.values() {
+            let mut p = p.clone();
+            if let Some((c, threads)) = live_counters.get(&p.tgid) {
+                p.counters.add(c);
+                p.threads += threads;
+            }
+            out.push(p);
+        }
+        // Running processes only seen in the snapshot (no fork or exec seen for them).
+        for (tgid, (c, threads)) in live_counters {
+            if !self.live.contains_key(tgid) && !self.done.iter().any(|p| p.tgid == *tgid) {
+                out.push(Proc { tgid: *tgid, threads: *threads, counters: *c, ..Default::default() });
+            }
+        }
+        out
+    }
+
+    /// Processes that ran in the exec, including those folded into `other`.
+    pub fn known(&self) -> usize {
+        self.done.len() + self.live.len() + self.other_count as usize
+    }
+}
+
+/// An exec being watched.
+#[derive(Clone, Debug)]
+pub struct Exec {
+    pub id: u64,
+    /// Path relative to the attached cgroup ("." for the attached cgroup itself).
+    pub path: String,
+    /// Already running when the profiler attached: counted from then.
+    pub partial: bool,
+    pub started_ns: u64,
+    pub removed_ns: Option<u64>,
+    pub descendants: Vec<u64>,
+    pub procs: ProcTable,
+}
+
+/// What the monitor must do after an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Followup {
+    None,
+    /// A non-exec cgroup of the subtree was removed: forget its mapping later.
+    ForgetCgroup(u64),
+}
+
+/// All execs of the watched subtree.
+pub struct Execs {
+    /// Kernel path of the attached cgroup ("/a/b"), to make exec paths relative.
+    base_path: String,
+    execs: HashMap<u64, Exec>,
+    /// Non-exec cgroups -> their exec.
+    rolled_up: HashMap<u64, u64>,
+    keep_procs: usize,
+}
+
+impl Execs {
+    pub fn new(base_path: &str, keep_procs: usize) -> Self {
+        Self {
+            base_path: base_path.trim_end_matches('/').to_owned(),
+            execs: HashMap::new(),
+            rolled_up: HashMap::new(),
+            keep_procs,
+        }
+    }
+
+    /// Kernel path ("/base/x/y") to a path relative to the attached cgroup ("x/y").
+    pub fn relative(&self, kernel_path: &str) -> String {
+        let rest = kernel_path.strip_prefix(&self.base_path).unwrap_or(kernel_path);
+        let rest = rest.trim_start_matches('/');
+        if rest.is_empty() { ".".into() } else { rest.into() }
+    }
+
+    /// Register an exec (found by walking, or created).
+    pub fn add_exec(&mut self, id: u64, kernel_path: &str, now_ns: u64) {
+        let path = self.relative(kernel_path);
+        let keep = self.keep_procs;
+        self.execs.entry(id).or_insert_with(|| Exec {
+            id,
+            path,
+            partial: false,
+            started_ns: now_ns,
+            removed_ns: None,
+            descendants: Vec::new(),
+            procs: ProcTable::new(keep),
+        });
+    }
+
+    /// Register a cgroup below exec depth that rolls up into `exec_id`.
+    pub fn add_rolled_up(&mut self, id: u64, exec_id: u64) {
+        if id == exec_id {
+            return;
+        }
+        self.rolled_up.insert(id, exec_id);
+        if let Some(e) = self.execs.get_mut(&exec_id) {
+            if !e.descendants.contains(&id) {
+                e.descendants.push(id);
+            }
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Exec> {
+        self.execs.get(&id)
+    }
+
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut Exec> {
+        self.execs.get_mut(&id)
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.execs.keys().copied().collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.execs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.execs.is_empty()
+    }
+
+    /// Execs whose cgroup is gone, waiting for their final figures.
+    pub fn removed(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> =
+            self.execs.values().filter_map(|e| e.removed_ns.map(|t| (e.id, t))).collect();
+        v.sort_by_key(|&(_, t)| t);
+        v
+    }
+
+    pub fn apply(&mut self, ev: &Event) -> Followup {
+        match ev {
+            Event::Cgroup(c) => match c.kind {
+                EV_EXEC_CREATED => {
+                    let path = cstr(&c.path);
+                    self.add_exec(c.cgroup_id, &path, c.ts_ns);
+                }
+                EV_CGROUP_CREATED => self.add_rolled_up(c.cgroup_id, c.exec_id),
+                EV_CGROUP_REMOVED => {
+                    if c.cgroup_id == c.exec_id {
+                        if let Some(e) = self.execs.get_mut(&c.cgroup_id) {
+                            e.removed_ns.get_or_insert(c.ts_ns);
+                        }
+                    } else {
+                        return Followup::ForgetCgroup(c.cgroup_id);
+                    }
+                }
+                _ => {}
+            },
+            Event::TaskEnd(t) => {
+                if let Some(e) = self.execs.get_mut(&t.exec_id) {
+                    e.procs.on_task_end(t);
+                }
+            }
+            Event::ProcExec(x) => {
+                if let Some(e) = self.execs.get_mut(&x.exec_id) {
+                    let n = (x.args_len as usize).min(ARGS_LEN);
+                    e.procs.on_exec(x.tgid, cstr(&x.comm), args_summary(&x.args[..n], ARGS_SUMMARY_CHARS));
+                }
+            }
+            Event::ProcFork(f) => {
+                if let Some(e) = self.execs.get_mut(&f.exec_id) {
+                    e.procs.on_fork(f.tgid, f.parent_tgid);
+                }
+            }
+        }
+        Followup::None
+    }
+
+    /// Forget a rolled-up cgroup.
+    pub fn forget_rolled_up(&mut self, id: u64) {
+        if let Some(exec) = self.rolled_up.remove(&id) {
+            if let Some(e) = self.execs.get_mut(&exec) {
+                e.descendants.retain(|&d| d != id);
+            }
+        }
+    }
+
+    /// Remove an exec and return it with its cgroup ids (its own and rolled-up ones).
+    pub fn take(&mut self, id: u64) -> Option<(Exec, Vec<u64>)> {
+        let e = self.execs.remove(&id)?;
+        let mut ids = vec![id];
+        for d in &e.descendants {
+            self.rolled_up.remove(d);
+            ids.push(*d);
+        }
+        Some((e, ids))
+    }
+}
+
+/// Sum live snapshot records per exec and per process.
+#[derive(Default, Debug)]
+pub struct Snapshot {
+    pub per_exec: HashMap<u64, TaskCounters>,
+    pub per_proc: HashMap<u64, HashMap<u32, (TaskCounters, u32)>>,
+    pub tasks: HashMap<u64, u64>,
+    pub without_delays: HashMap<u64, u64>,
+}
+
+impl Snapshot {
+    pub fn from_records(recs: &[TaskRecord]) -> Self {
+        let mut s = Snapshot::default();
+        for r in recs {
+            s.per_exec.entry(r.exec_id).or_default().add(&r.counters);
+            let p = s.per_exec_proc(r.exec_id).entry(r.tgid).or_default();
+            p.0.add(&r.counters);
+            p.1 += 1;
+            *s.tasks.entry(r.exec_id).or_default() += 1;
+            if r.flags & TASK_NO_DELAYS != 0 {
+                *s.without_delays.entry(r.exec_id).or_default() += 1;
+            }
+        }
+        s
+    }
+
+    fn per_exec_proc(&mut self, exec: u64) -> &mut HashMap<u32, (TaskCounters, u32)> {
+        self.per_proc.entry(exec).or_default()
+    }
+}
+
+/// Build the record of an exec from its kernel totals (plus live tasks when it still runs).
+pub fn build_report(
+    exec: &Exec,
+    stats: &ExecStats,
+    live: Option<(&TaskCounters, &HashMap<u32, (TaskCounters, u32)>, u64)>,
+    now_ns: u64,
+    top: usize,
+    mut notes: Vec<String>,
+) -> ExecReport {
+    let mut counters = stats.ended;
+    let empty = HashMap::new();
+    let (live_procs, live_tasks) = match live {
+        Some((c, procs, tasks)) => {
+            counters.add(c);
+            (procs, tasks)
+        }
+        None => (&empty, 0),
+    };
+    let end_ns = exec.removed_ns.unwrap_or(now_ns);
+    if exec.partial {
+        notes.push("already running when the profiler attached: figures count from then".into());
+    }
+    if stats.tasks_without_delays > 0 {
+        notes.push(format!(
+            "IO-wait and memory stall unknown for {} task(s) started while kernel.task_delayacct was off",
+            stats.tasks_without_delays
+        ));
+    }
+    let mut procs = exec.procs.processes(live_procs);
+    let chosen = top_processes(&mut procs, top);
+    ExecReport::new(
+        exec,
+        &counters,
+        stats,
+        end_ns.saturating_sub(exec.started_ns),
+        live_tasks,
+        chosen.into_iter().map(ProcReport::from).collect(),
+        exec.procs.other_count,
+        &exec.procs.other,
+        notes,
+    )
+}
+
+/// The union of the top `n` processes by CPU, by IO and by stall, ordered by CPU; `n == 0`
+/// keeps them all.
+pub fn top_processes(procs: &mut [Proc], n: usize) -> Vec<Proc> {
+    if n == 0 || procs.len() <= n {
+        let mut v = procs.to_vec();
+        v.sort_by_key(|p| (std::cmp::Reverse(p.cpu()), p.tgid));
+        return v;
+    }
+    let mut chosen: Vec<u32> = Vec::new();
+    for metric in [Proc::cpu as fn(&Proc) -> u64, Proc::io, Proc::stall] {
+        procs.sort_by_key(|p| std::cmp::Reverse(metric(p)));
+        for p in procs.iter().take(n) {
+            if metric(p) > 0 && !chosen.contains(&p.tgid) {
+                chosen.push(p.tgid);
+            }
+        }
+    }
+    let mut v: Vec<Proc> = procs.iter().filter(|p| chosen.contains(&p.tgid)).cloned().collect();
+    v.sort_by_key(|p| (std::cmp::Reverse(p.cpu()), p.tgid));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(tgid: u32, pid: u32, cpu: u64, comm: &str) -> TaskRecord {
+        let mut c = [0u8; COMM_LEN];
+        c[..comm.len()].copy_from_slice(comm.as_bytes());
+        TaskRecord {
+            kind: EV_TASK_END,
+            pid,
+            tgid,
+            flags: if pid == tgid { TASK_LEADER } else { 0 },
+            exec_id: 7,
+            start_time_ns: 0,
+            comm: c,
+            counters: TaskCounters { oncpu_ns: cpu, ..Default::default() },
+        }
+    }
+
+    #[test]
+    fn args_are_summarised() {
+        assert_eq!(args_summary(b"cc\0-O2\0-c\0foo.c\0", 96), "cc -O2 -c foo.c");
+        assert_eq!(args_summary(b"a\0bbbbbbbbbb\0", 5), "a…");
+        assert_eq!(args_summary(b"", 5), "");
+    }
+
+    #[test]
+    fn relative_paths() {
+        let e = Execs::new("/ci/job", 10);
+        assert_eq!(e.relative("/ci/job"), ".");
+        assert_eq!(e.relative("/ci/job/step-1"), "step-1");
+        assert_eq!(e.relative("/ci/job/step-1/x"), "step-1/x");
+        let root = Execs::new("/", 10);
+        assert_eq!(root.relative("/a"), "a");
+        assert_eq!(root.relative("/"), ".");
+    }
+
+    #[test]
+    fn threads_merge_into_their_process() {
+        let mut t = ProcTable::new(10);
+        t.on_fork(100, 1);
+        t.on_exec(100, "cc1".into(), "cc1 -O2".into());
+        t.on_task_end(&task(100, 101, 5, "cc1"));
+        t.on_task_end(&task(100, 100, 7, "cc1"));
+        // A thread freed after its leader still joins the process.
+        t.on_task_end(&task(100, 102, 1, "cc1"));
+        let p = t.processes(&HashMap::new());
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].counters.oncpu_ns, 13);
+        assert_eq!(p[0].threads, 3);
+        assert_eq!(p[0].args, "cc1 -O2");
+        assert!(p[0].ended);
+    }
+
+    #[test]
+    fn forked_child_inherits_command_until_exec() {
+        let mut t = ProcTable::new(10);
+        t.on_exec(1, "make".into(), "make -j2".into());
+        t.on_fork(2, 1);
+        t.on_task_end(&task(2, 2, 1, "make"));
+        let p = t.processes(&HashMap::new());
+        let child = p.iter().find(|p| p.tgid == 2).unwrap();
+        assert_eq!(child.args, "make -j2");
+    }
+
+    #[test]
+    fn table_stays_bounded_and_keeps_the_top() {
+        let mut t = ProcTable::new(30);
+        for i in 1..=10_000u32 {
+            t.on_task_end(&task(i, i, i as u64, "x"));
+        }
+        let p = t.processes(&HashMap::new());
+        assert!(p.len() <= 60, "{}", p.len());
+        assert!(p.iter().any(|p| p.tgid == 10_000), "the biggest CPU user is kept");
+        let total: u64 = p.iter().map(|p| p.cpu()).sum::<u64>() + t.other.oncpu_ns;
+        assert_eq!(total, (1..=10_000u64).sum::<u64>(), "nothing is lost");
+        assert_eq!(t.known(), 10_000);
+    }
+
+    #[test]
+    fn exec_lifecycle_events() {
+        let mut execs = Execs::new("/base", 10);
+        let mut path = [0u8; CGROUP_PATH_LEN];
+        path[..7].copy_from_slice(b"/base/a");
+        let ev = |kind, id, exec| {
+            Event::Cgroup(CgroupEvent { kind, depth: 1, ts_ns: 1000, cgroup_id: id, exec_id: exec, path })
+        };
+        execs.apply(&ev(EV_EXEC_CREATED, 5, 5));
+        assert_eq!(execs.get(5).unwrap().path, "a");
+        execs.apply(&ev(EV_CGROUP_CREATED, 6, 5));
+        assert_eq!(execs.apply(&ev(EV_CGROUP_REMOVED, 6, 5)), Followup::ForgetCgroup(6));
+        execs.forget_rolled_up(6);
+        execs.apply(&ev(EV_CGROUP_CREATED, 8, 5));
+        execs.apply(&ev(EV_CGROUP_REMOVED, 5, 5));
+        assert_eq!(execs.removed(), vec![(5, 1000)]);
+        let (_, ids) = execs.take(5).unwrap();
+        assert_eq!(ids, vec![5, 8]);
+        assert!(execs.is_empty());
+    }
+
+    #[test]
+    fn parse_rejects_short_and_unknown_records() {
+        assert!(Event::parse(&[1, 0]).is_err());
+        assert!(Event::parse(&99u32.to_ne_bytes()).is_err());
+        let rec = task(1, 1, 1, "a");
+        // SAFETY: plain data viewed as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(&rec as *const TaskRecord as *const u8, size_of::<TaskRecord>())
+        };
+        assert!(matches!(Event::parse(bytes).unwrap(), Event::TaskEnd(_)));
+        assert!(Event::parse(&bytes[..20]).is_err());
+    }
+}

@@ -1,0 +1,290 @@
+//! What the running kernel looks like, from its BTF: the offsets of the struct fields that the
+//! programs read (Rust eBPF has no CO-RE, so they are resolved here and passed in as a
+//! load-time global), and which tracepoints exist.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use btf_rs::{Btf, Type};
+use profiler_common::{ABSENT, KernelOffsets};
+
+pub const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Tracepoints the programs attach to, with the first kernel that has each in its current form.
+pub const TRACEPOINTS: &[(&str, &str)] = &[
+    ("cgroup_mkdir", "4.13"),
+    ("cgroup_rmdir", "4.13"),
+    ("cgroup_attach_task", "4.13"),
+    ("sched_process_fork", "2.6.32"),
+    ("sched_process_exec", "3.4"),
+    ("sched_process_exit", "2.6.32"),
+    ("sched_process_free", "2.6.32"),
+    ("block_io_start", "6.5"),
+    ("block_rq_issue", "2.6.32"),
+    ("block_rq_complete", "2.6.32"),
+];
+
+/// The resolved layout plus what was found missing (optional fields degrade figures).
+#[derive(Clone, Debug)]
+pub struct KernelLayout {
+    pub offsets: KernelOffsets,
+    /// Bit number of REQ_PREFLUSH in request cmd_flags.
+    pub req_preflush_bit: u32,
+    /// Optional fields that this kernel lacks, as "struct.field" (figures that need them are
+    /// reported as unavailable).
+    pub missing: Vec<String>,
+}
+
+/// A BTF type file, parsed.
+pub struct KernelBtf {
+    btf: Btf,
+    pub path: String,
+}
+
+impl KernelBtf {
+    pub fn open(path: &str) -> Result<Self> {
+        if !Path::new(path).exists() {
+            bail!(
+                "kernel BTF not found at {path}; profiler needs a kernel built with \
+                 CONFIG_DEBUG_INFO_BTF=y (or pass --btf FILE with the running kernel's BTF)"
+            );
+        }
+        let btf = Btf::from_file(path)
+            .map_err(|e| anyhow!("cannot parse kernel BTF at {path}: {e}; pass --btf FILE with a valid vmlinux BTF"))?;
+        Ok(Self { btf, path: path.to_owned() })
+    }
+
+    /// Tracepoints of [`TRACEPOINTS`] missing from this kernel, with the version they need.
+    pub fn missing_tracepoints(&self) -> Vec<(&'static str, &'static str)> {
+        TRACEPOINTS
+            .iter()
+            .filter(|(tp, _)| self.btf.resolve_ids_by_name(&format!("btf_trace_{tp}")).map(|v| v.is_empty()).unwrap_or(true))
+            .copied()
+            .collect()
+    }
+
+    pub fn has_func(&self, name: &str) -> bool {
+        self.btf
+            .resolve_types_by_name(name)
+            .map(|v| v.iter().any(|t| matches!(t, Type::Func(_))))
+            .unwrap_or(false)
+    }
+
+    fn struct_by_name(&self, name: &str) -> Option<btf_rs::Struct> {
+        let types = self.btf.resolve_types_by_name(name).ok()?;
+        // Prefer the definition with members over empty forward-like duplicates.
+        types
+            .into_iter()
+            .filter_map(|t| match t {
+                Type::Struct(s) => Some(s),
+                _ => None,
+            })
+            .max_by_key(|s| s.members.len())
+    }
+
+    /// Strip typedefs and qualifiers.
+    fn resolve(&self, mut t: Type) -> Option<Type> {
+        for _ in 0..32 {
+            t = match t {
+                Type::Typedef(ref x) => self.btf.resolve_chained_type(x).ok()?,
+                Type::Volatile(ref x) | Type::Const(ref x) | Type::Restrict(ref x) => {
+                    self.btf.resolve_chained_type(x).ok()?
+                }
+                Type::TypeTag(ref x) => self.btf.resolve_chained_type(x).ok()?,
+                other => return Some(other),
+            };
+        }
+        None
+    }
+
+    fn size_of(&self, t: &Type) -> Option<usize> {
+        match self.resolve(t.clone())? {
+            Type::Int(i) => Some(i.size()),
+            Type::Ptr(_) => Some(8),
+            Type::Struct(s) | Type::Union(s) => Some(s.size()),
+            Type::Enum(e) => Some(e.size()),
+            Type::Enum64(e) => Some(e.size()),
+            Type::Array(a) => {
+                let elem = self.btf.resolve_chained_type(&a).ok()?;
+                Some(self.size_of(&elem)? * a.len())
+            }
+            _ => None,
+        }
+    }
+
+    /// Find member `name` in a struct or union, looking inside anonymous members. Returns the
+    /// byte offset, the member's type and whether it is a bitfield.
+    fn member(&self, s: &btf_rs::Struct, name: &str) -> Option<(u32, Type)> {
+        for m in &s.members {
+            let mname = self.btf.resolve_name(m).unwrap_or_default();
+            let bits = m.bit_offset();
+            if mname == name {
+                if m.bitfield_size().unwrap_or(0) != 0 || bits % 8 != 0 {
+                    return None; // bitfields cannot be read with a plain load
+                }
+                return Some((bits / 8, self.btf.resolve_chained_type(m).ok()?));
+            }
+            if mname.is_empty() {
+                if let Some(Type::Struct(inner) | Type::Union(inner)) =
+                    self.btf.resolve_chained_type(m).ok().and_then(|t| self.resolve(t))
+                {
+                    if let Some((off, t)) = self.member(&inner, name) {
+                        return Some((bits / 8 + off, t));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Offset and size of `root.a.b.c` where each step is an embedded member (not a pointer).
+    pub fn field(&self, root: &str, path: &str) -> Option<(u32, usize)> {
+        let mut s = self.struct_by_name(root)?;
+        let mut off = 0u32;
+        let parts: Vec<&str> = path.split('.').collect();
+        for (i, part) in parts.iter().enumerate() {
+            let (o, t) = self.member(&s, part)?;
+            off += o;
+            if i + 1 == parts.len() {
+                return Some((off, self.size_of(&t)?));
+            }
+            s = match self.resolve(t)? {
+                Type::Struct(x) | Type::Union(x) => x,
+                _ => return None,
+            };
+        }
+        None
+    }
+
+    /// Value of an enumerator, e.g. `__REQ_PREFLUSH` of `enum req_flag_bits`.
+    pub fn enum_value(&self, enum_name: &str, member: &str) -> Option<u64> {
+        for t in self.btf.resolve_types_by_name(enum_name).ok()? {
+            match t {
+                Type::Enum(e) => {
+                    for m in &e.members {
+                        if self.btf.resolve_name(m).ok()? == member {
+                            return Some(m.val() as u64);
+                        }
+                    }
+                }
+                Type::Enum64(e) => {
+                    for m in &e.members {
+                        if self.btf.resolve_name(m).ok()? == member {
+                            return Some(m.val());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Resolve every offset the programs need.
+    pub fn layout(&self) -> Result<KernelLayout> {
+        let mut missing = Vec::new();
+        let mut o = KernelOffsets::ABSENT;
+        {
+            // (slot, struct, path, size, required)
+            let mut want = |slot: &mut u32, st: &str, path: &str, size: usize, required: bool| -> Result<()> {
+                match self.field(st, path) {
+                    Some((off, sz)) if sz == size => *slot = off,
+                    Some((_, sz)) => {
+                        if required {
+                            bail!("kernel struct field {st}.{path} has size {sz}, expected {size}: this kernel's layout is not supported");
+                        }
+                        missing.push(format!("{st}.{path}"));
+                    }
+                    None => {
+                        if required {
+                            bail!("kernel struct field {st}.{path} not found in BTF: this kernel is not supported");
+                        }
+                        missing.push(format!("{st}.{path}"));
+                    }
+                }
+                Ok(())
+            };
+            want(&mut o.task_pid, "task_struct", "pid", 4, true)?;
+            want(&mut o.task_tgid, "task_struct", "tgid", 4, true)?;
+            want(&mut o.task_comm, "task_struct", "comm", 16, true)?;
+            want(&mut o.task_start_time, "task_struct", "start_time", 8, true)?;
+            want(&mut o.task_real_parent, "task_struct", "real_parent", 8, false)?;
+            want(&mut o.task_sum_exec_runtime, "task_struct", "se.sum_exec_runtime", 8, true)?;
+            want(&mut o.task_run_delay, "task_struct", "sched_info.run_delay", 8, false)?;
+            want(&mut o.task_pcount, "task_struct", "sched_info.pcount", 8, false)?;
+            want(&mut o.task_nvcsw, "task_struct", "nvcsw", 8, true)?;
+            want(&mut o.task_nivcsw, "task_struct", "nivcsw", 8, true)?;
+            want(&mut o.task_delays, "task_struct", "delays", 8, false)?;
+            want(&mut o.task_ioac_rchar, "task_struct", "ioac.rchar", 8, false)?;
+            want(&mut o.task_ioac_wchar, "task_struct", "ioac.wchar", 8, false)?;
+            want(&mut o.task_ioac_syscr, "task_struct", "ioac.syscr", 8, false)?;
+            want(&mut o.task_ioac_syscw, "task_struct", "ioac.syscw", 8, false)?;
+            want(&mut o.task_ioac_read_bytes, "task_struct", "ioac.read_bytes", 8, false)?;
+            want(&mut o.task_ioac_write_bytes, "task_struct", "ioac.write_bytes", 8, false)?;
+            want(&mut o.task_ioac_cancelled_write_bytes, "task_struct", "ioac.cancelled_write_bytes", 8, false)?;
+            want(&mut o.task_cgroups, "task_struct", "cgroups", 8, true)?;
+            want(&mut o.task_mm, "task_struct", "mm", 8, false)?;
+            if o.task_delays != ABSENT {
+                want(&mut o.delays_blkio_delay, "task_delay_info", "blkio_delay", 8, false)?;
+                want(&mut o.delays_blkio_count, "task_delay_info", "blkio_count", 4, false)?;
+                want(&mut o.delays_swapin_delay, "task_delay_info", "swapin_delay", 8, false)?;
+                want(&mut o.delays_freepages_delay, "task_delay_info", "freepages_delay", 8, false)?;
+                want(&mut o.delays_thrashing_delay, "task_delay_info", "thrashing_delay", 8, false)?;
+            }
+            want(&mut o.mm_arg_start, "mm_struct", "arg_start", 8, false)?;
+            want(&mut o.mm_arg_end, "mm_struct", "arg_end", 8, false)?;
+            want(&mut o.css_set_dfl_cgrp, "css_set", "dfl_cgrp", 8, true)?;
+            want(&mut o.cgroup_kn, "cgroup", "kn", 8, true)?;
+            want(&mut o.cgroup_parent_css, "cgroup", "self.parent", 8, true)?;
+            want(&mut o.css_cgroup, "cgroup_subsys_state", "cgroup", 8, true)?;
+            want(&mut o.cgroup_root, "cgroup", "root", 8, true)?;
+            want(&mut o.cgroup_root_hierarchy_id, "cgroup_root", "hierarchy_id", 4, true)?;
+            want(&mut o.kernfs_node_id, "kernfs_node", "id", 8, true)?;
+            want(&mut o.rq_cmd_flags, "request", "cmd_flags", 4, true)?;
+            want(&mut o.rq_data_len, "request", "__data_len", 4, true)?;
+            want(&mut o.rq_bio, "request", "bio", 8, false)?;
+            want(&mut o.bio_blkg, "bio", "bi_blkg", 8, false)?;
+            want(&mut o.blkg_blkcg, "blkcg_gq", "blkcg", 8, false)?;
+            want(&mut o.blkcg_css_cgroup, "blkcg", "css.cgroup", 8, false)?;
+        }
+        let req_preflush_bit = self
+            .enum_value("req_flag_bits", "__REQ_PREFLUSH")
+            .map(|v| v as u32)
+            .unwrap_or_else(|| {
+                missing.push("enum req_flag_bits.__REQ_PREFLUSH".into());
+                u32::MAX
+            });
+        Ok(KernelLayout { offsets: o, req_preflush_bit, missing })
+    }
+}
+
+/// Load the BTF that aya uses to find attach points (same file as [`KernelBtf`]).
+pub fn aya_btf(path: &str) -> Result<aya::Btf> {
+    aya::Btf::parse_file(path, aya::Endianness::default())
+        .with_context(|| format!("cannot parse kernel BTF at {path}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs against this machine's kernel BTF (every supported host has one).
+    #[test]
+    fn resolves_running_kernel_layout() {
+        let btf = KernelBtf::open(DEFAULT_BTF).unwrap();
+        let l = btf.layout().unwrap();
+        assert_ne!(l.offsets.task_pid, ABSENT);
+        assert_ne!(l.offsets.task_sum_exec_runtime, ABSENT);
+        assert_eq!(l.offsets.task_tgid, l.offsets.task_pid + 4);
+        assert!(l.req_preflush_bit < 32);
+        // kernfs_node.id is a u64 and cgroup ids are inode numbers.
+        assert_ne!(l.offsets.kernfs_node_id, ABSENT);
+        assert!(btf.has_func("bpf_iter_task"));
+    }
+
+    #[test]
+    fn missing_btf_file_is_a_clear_error() {
+        let err = KernelBtf::open("/nonexistent/vmlinux").err().unwrap().to_string();
+        assert!(err.contains("CONFIG_DEBUG_INFO_BTF"), "{err}");
+    }
+}

@@ -1,0 +1,13 @@
+//! profiler: per-exec resource profiling of cgroup subtrees with eBPF.
+//!
+//! Data flow: kernel programs (profiler-ebpf) -> maps keyed by cgroup id ([`probes`]) ->
+//! userspace model of execs ([`execs`], driven by [`monitor`]) -> records ([`report`]).
+
+pub mod cgroup;
+pub mod commands;
+pub mod execs;
+pub mod kernel_layout;
+pub mod monitor;
+pub mod probes;
+pub mod report;
+pub mod spawn;

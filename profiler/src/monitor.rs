@@ -1,0 +1,375 @@
+//! Ties the pieces together: load and attach the programs on a cgroup subtree, register the
+//! execs already there, then turn kernel events and map reads into exec records.
+
+use std::{
+    collections::HashMap,
+    fs,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use profiler_common::*;
+
+use crate::{
+    cgroup::{self, Hierarchy},
+    execs::{Event, Execs, Followup, Snapshot, args_summary, build_report},
+    kernel_layout::{KernelBtf, KernelLayout, aya_btf},
+    probes::{Limits, ProgramCost, Probes, kernel_release},
+    report::ExecReport,
+};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The attached cgroup directory (resolved, on the v2 mount).
+    pub cgroup: PathBuf,
+    pub exec_depth: u32,
+    pub btf: String,
+    /// Processes listed per exec report (union of the top N by CPU, IO and stall; 0 = all).
+    pub top: usize,
+    /// Ended processes remembered per exec for the breakdown.
+    pub keep_procs: usize,
+    /// How long to wait for the last tasks of a removed exec to be freed.
+    pub grace: Duration,
+    pub limits: Limits,
+}
+
+pub struct Monitor {
+    probes: Probes,
+    pub execs: Execs,
+    opts: Options,
+    /// Rolled-up cgroups that were removed, with when to forget their mapping.
+    forget: Vec<(u64, Instant)>,
+    layout: KernelLayout,
+    drops_seen: [u64; DROP_COUNTERS as usize],
+    notes: Vec<String>,
+}
+
+/// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
+pub fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// Refuse early, with the fix, when the process cannot load BPF programs.
+pub fn check_privileges() -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
+    let has = |c: u64| caps & (1 << c) != 0;
+    if has(CAP_SYS_ADMIN) && has(CAP_BPF) && has(CAP_PERFMON) {
+        return Ok(());
+    }
+    bail!(
+        "profiler needs root privileges (CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON) to load its \
+         eBPF programs; run it as root, e.g. with sudo"
+    )
+}
+
+/// Delay accounting gives the IO-wait and memory-stall figures; it is off by default and only
+/// tasks started while it is on have it. Turn it on (it stays on: other profilers may rely on it).
+fn enable_delay_accounting() -> Option<String> {
+    const KNOB: &str = "/proc/sys/kernel/task_delayacct";
+    match fs::read_to_string(KNOB) {
+        Ok(v) if v.trim() == "1" => None,
+        Ok(_) => match fs::write(KNOB, "1") {
+            Ok(()) => {
+                eprintln!(
+                    "profiler: enabled kernel.task_delayacct for IO-wait figures \
+                     (tasks started earlier have none)"
+                );
+                None
+            }
+            Err(e) => Some(format!("cannot enable kernel.task_delayacct ({e}): no IO-wait figures")),
+        },
+        Err(_) => Some("kernel has no delay accounting (CONFIG_TASK_DELAY_ACCT): no IO-wait figures".into()),
+    }
+}
+
+impl Monitor {
+    pub fn start(opts: Options) -> Result<Self> {
+        check_privileges()?;
+        let hierarchy = Hierarchy::find()?;
+        let kbtf = KernelBtf::open(&opts.btf)?;
+        let release = kernel_release();
+        if let Some((tp, since)) = kbtf.missing_tracepoints().first() {
+            bail!(
+                "kernel {release} lacks the tracepoint {tp} (Linux {since} or later has it); \
+                 profiler cannot attach here"
+            );
+        }
+        if !kbtf.has_func("bpf_iter_task") {
+            bail!("kernel {release} lacks BPF task iterators (Linux 5.8 or later has them)");
+        }
+        let layout = kbtf.layout()?;
+        drop(kbtf);
+        let controllers = hierarchy.controllers();
+        let blkcg = controllers.iter().any(|c| c == "io") && controllers.iter().any(|c| c == "memory");
+        let base_id = cgroup::cgroup_id(&opts.cgroup)?;
+        let config = Config {
+            base_cgroup_id: base_id,
+            exec_depth: opts.exec_depth,
+            blkcg_attribution: blkcg as u32,
+        };
+        let mut probes = Probes::load(&layout, config, opts.limits, aya_btf(&opts.btf)?)?;
+        let mut notes: Vec<String> = layout
+            .missing
+            .iter()
+            .map(|f| format!("kernel {release} lacks {f}: figures that need it are zero"))
+            .collect();
+        notes.extend(enable_delay_accounting());
+
+        probes.attach_cgroup_programs()?;
+        let base_path = hierarchy.kernel_path(&opts.cgroup);
+        let mut execs = Execs::new(&base_path, opts.keep_procs);
+        register_existing(&mut probes, &mut execs, &hierarchy, &opts)?;
+        let partial_procs = take_baselines(&mut probes, &mut execs)?;
+        probes.attach_task_programs()?;
+        for (exec, tgid) in partial_procs {
+            if let Some(e) = execs.get_mut(exec) {
+                let (comm, args) = proc_cmdline(tgid);
+                e.procs.set_args_if_unknown(tgid, &comm, args);
+            }
+        }
+        Ok(Self {
+            probes,
+            execs,
+            opts,
+            forget: Vec::new(),
+            layout,
+            drops_seen: [0; DROP_COUNTERS as usize],
+            notes,
+        })
+    }
+
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    pub fn events_fd(&self) -> i32 {
+        self.probes.events_fd()
+    }
+
+    pub fn costs(&self) -> Vec<ProgramCost> {
+        self.probes.costs()
+    }
+
+    /// Read every pending ring-buffer record into the model.
+    fn drain(&mut self) {
+        while let Some(item) = self.probes.events.next() {
+            match Event::parse(&item) {
+                Ok(ev) => {
+                    if let Followup::ForgetCgroup(id) = self.execs.apply(&ev) {
+                        self.forget.push((id, Instant::now() + self.opts.grace));
+                    }
+                }
+                Err(e) => eprintln!("profiler: warning: bad record from the kernel: {e}"),
+            }
+        }
+    }
+
+    /// Process new events; return the records of execs whose figures are now final.
+    pub fn poll(&mut self) -> Vec<ExecReport> {
+        self.drain();
+        let now = Instant::now();
+        let expired: Vec<u64> = self.forget.iter().filter(|(_, t)| *t <= now).map(|(id, _)| *id).collect();
+        self.forget.retain(|(_, t)| *t > now);
+        for id in expired {
+            let _ = self.probes.cgroups.remove(&id);
+            self.execs.forget_rolled_up(id);
+        }
+        self.warn_drops();
+        let mut out = Vec::new();
+        let now_ns = monotonic_ns();
+        for (id, removed_ns) in self.execs.removed() {
+            let stats = self.probes.execs.get(&id, 0).ok();
+            let pending = stats.map(|s| s.pending as i64).unwrap_or(0);
+            let waited = Duration::from_nanos(now_ns.saturating_sub(removed_ns));
+            if pending > 0 && waited < self.opts.grace {
+                continue;
+            }
+            // Records of the last tasks were emitted before their pending count dropped.
+            self.drain();
+            let mut notes = Vec::new();
+            if pending > 0 {
+                notes.push(format!(
+                    "{pending} task(s) were not freed within {:?} of the cgroup's removal \
+                     (unreaped zombies?): their figures are missing",
+                    self.opts.grace
+                ));
+            }
+            out.push(self.finish(id, stats, notes, None));
+        }
+        out
+    }
+
+    fn finish(&mut self, id: u64, stats: Option<ExecStats>, mut notes: Vec<String>, snap: Option<&Snapshot>) -> ExecReport {
+        let exec = self.execs.get(id).cloned().expect("finish of a known exec");
+        let stats = stats.unwrap_or_else(|| {
+            notes.push("no kernel figures: the exec table was full (raise --max-execs)".into());
+            ExecStats::default()
+        });
+        notes.extend(self.notes.iter().cloned());
+        let live = snap.and_then(|s| {
+            s.per_exec.get(&id).map(|c| {
+                (c, s.per_proc.get(&id).expect("per-proc of exec"), s.tasks.get(&id).copied().unwrap_or(0))
+            })
+        });
+        if let Some(n) = snap.and_then(|s| s.without_delays.get(&id)) {
+            notes.push(format!("IO-wait unknown for {n} running task(s) started while kernel.task_delayacct was off"));
+        }
+        let report = build_report(&exec, &stats, live, monotonic_ns(), self.opts.top, notes);
+        if exec.removed_ns.is_some() {
+            if let Some((_, ids)) = self.execs.take(id) {
+                let _ = self.probes.execs.remove(&id);
+                for c in ids {
+                    let _ = self.probes.cgroups.remove(&c);
+                }
+            }
+        }
+        report
+    }
+
+    /// Figures so far of the execs that still run.
+    pub fn live(&mut self) -> Result<Vec<ExecReport>> {
+        self.drain();
+        let recs = self.probes.snapshot()?;
+        let snap = Snapshot::from_records(&recs);
+        let mut ids: Vec<u64> = self.execs.ids();
+        ids.sort();
+        let mut out = Vec::new();
+        for id in ids {
+            if self.execs.get(id).map(|e| e.removed_ns.is_some()).unwrap_or(true) {
+                continue;
+            }
+            let stats = self.probes.execs.get(&id, 0).ok();
+            out.push(self.finish(id, stats, Vec::new(), Some(&snap)));
+        }
+        out.sort_by(|a, b| a.exec.cmp(&b.exec));
+        Ok(out)
+    }
+
+    /// Final records on the way out: ended execs (waiting up to the grace period for their
+    /// last tasks) and the figures so far of those still running.
+    pub fn shutdown(&mut self) -> Result<Vec<ExecReport>> {
+        let deadline = Instant::now() + self.opts.grace;
+        let mut out = self.poll();
+        while !self.execs.removed().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            out.extend(self.poll());
+        }
+        // Whatever is still waiting is reported as it stands.
+        for (id, _) in self.execs.removed() {
+            let stats = self.probes.execs.get(&id, 0).ok();
+            out.push(self.finish(id, stats, vec!["reported at shutdown before its last tasks were freed".into()], None));
+        }
+        out.extend(self.live()?);
+        Ok(out)
+    }
+
+    /// Ids of the execs currently known.
+    pub fn exec_ids(&self) -> Vec<u64> {
+        self.execs.ids()
+    }
+
+    fn warn_drops(&mut self) {
+        let d = self.probes.drops();
+        let names = [
+            "ring buffer full: process records lost",
+            "cgroup table full: cgroups not followed (raise --max-cgroups)",
+            "exec table full: execs not followed (raise --max-execs)",
+            "baseline table full: running tasks counted from their start",
+            "in-flight IO table full: block requests not counted",
+            "events for execs without a table entry",
+        ];
+        for (i, name) in names.iter().enumerate() {
+            if d[i] > self.drops_seen[i] {
+                eprintln!("profiler: warning: {} ({} so far)", name, d[i]);
+            }
+        }
+        self.drops_seen = d;
+    }
+
+    /// Totals of the drop counters (for tests and the exit summary).
+    pub fn drops(&self) -> [u64; DROP_COUNTERS as usize] {
+        self.probes.drops()
+    }
+
+    pub fn layout_missing(&self) -> &[String] {
+        &self.layout.missing
+    }
+}
+
+/// Register the cgroups already in the subtree: execs down to exec depth, deeper ones rolled
+/// up. Each cgroup is registered before its children are listed, so that children created
+/// meanwhile are caught by the cgroup_mkdir program instead.
+fn register_existing(probes: &mut Probes, execs: &mut Execs, h: &Hierarchy, opts: &Options) -> Result<()> {
+    let mut ids: HashMap<PathBuf, u64> = HashMap::new();
+    let now = monotonic_ns();
+    let base = opts.cgroup.clone();
+    cgroup::walk(&base, &mut |f| {
+        ids.insert(f.path.clone(), f.id);
+        let exec_id = if f.depth <= opts.exec_depth {
+            f.id
+        } else {
+            // The ancestor at exec depth.
+            let rel = f.path.strip_prefix(&base).unwrap_or(Path::new(""));
+            let anc: PathBuf = base.join(rel.components().take(opts.exec_depth as usize).collect::<PathBuf>());
+            *ids.get(&anc).context("ancestor of a cgroup vanished during the walk")?
+        };
+        if exec_id == f.id {
+            let zero = ExecStats::default();
+            insert_noexist(&mut probes.execs, f.id, zero)?;
+            execs.add_exec(f.id, &h.kernel_path(&f.path), now);
+        } else {
+            execs.add_rolled_up(f.id, exec_id);
+        }
+        insert_noexist(&mut probes.cgroups, f.id, CgroupEntry { exec_id, depth: f.depth, _pad: 0 })?;
+        Ok(())
+    })
+}
+
+fn insert_noexist<V: aya::Pod>(map: &mut aya::maps::HashMap<aya::maps::MapData, u64, V>, k: u64, v: V) -> Result<()> {
+    const BPF_NOEXIST: u64 = 1;
+    match map.insert(k, v, BPF_NOEXIST) {
+        Ok(()) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+        Err(e) => Err(e).context("cannot register a cgroup (table full? raise --max-execs/--max-cgroups)"),
+    }
+}
+
+/// Tasks already running in the subtree are counted from now on: record their counters as
+/// baselines, and mark their execs partial. Returns (exec, tgid) of their processes.
+fn take_baselines(probes: &mut Probes, execs: &mut Execs) -> Result<Vec<(u64, u32)>> {
+    let recs = probes.snapshot()?;
+    let mut procs = Vec::new();
+    for r in &recs {
+        let b = TaskBaseline { start_time_ns: r.start_time_ns, exec_id: r.exec_id, counters: r.counters };
+        if let Err(e) = probes.baselines.insert(r.pid, b, 0) {
+            eprintln!("profiler: warning: cannot record the baseline of task {}: {e}", r.pid);
+        }
+        if let Some(e) = execs.get_mut(r.exec_id) {
+            e.partial = true;
+        }
+        if r.flags & TASK_LEADER != 0 {
+            procs.push((r.exec_id, r.tgid));
+        }
+    }
+    Ok(procs)
+}
+
+/// comm and argv summary of a running process, from /proc.
+fn proc_cmdline(tgid: u32) -> (String, String) {
+    let comm = fs::read_to_string(format!("/proc/{tgid}/comm")).unwrap_or_default().trim().to_owned();
+    let raw = fs::read(format!("/proc/{tgid}/cmdline")).unwrap_or_default();
+    (comm, args_summary(&raw, 96))
+}

@@ -1,0 +1,202 @@
+//! Loading, attaching and reading the kernel programs (the eBPF object is embedded at build
+//! time by build.rs).
+
+use std::{io::Read as _, os::fd::AsRawFd as _, time::Duration};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, Iter, ProgramError},
+};
+use profiler_common::*;
+
+use crate::kernel_layout::KernelLayout;
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+/// Programs attached first, so that the subtree's cgroups can be registered before tasks
+/// are followed.
+const CGROUP_PROGRAMS: &[&str] = &["cgroup_mkdir", "cgroup_rmdir"];
+/// Everything else.
+const TASK_PROGRAMS: &[&str] = &[
+    "cgroup_attach_task",
+    "sched_process_fork",
+    "sched_process_exec",
+    "sched_process_exit",
+    "sched_process_free",
+    "block_io_start",
+    "block_rq_issue",
+    "block_rq_complete",
+];
+
+/// Map sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_execs: u32,
+    pub max_cgroups: u32,
+    pub max_baselines: u32,
+}
+
+/// The loaded programs and their maps.
+pub struct Probes {
+    ebpf: Ebpf,
+    btf: aya::Btf,
+    pub cgroups: HashMap<MapData, u64, CgroupEntry>,
+    pub execs: HashMap<MapData, u64, ExecStats>,
+    pub baselines: HashMap<MapData, u32, TaskBaseline>,
+    pub events: RingBuf<MapData>,
+    drops: PerCpuArray<MapData, u64>,
+}
+
+/// Figures of one loaded program, from the kernel's BPF statistics.
+#[derive(Clone, Debug)]
+pub struct ProgramCost {
+    pub name: String,
+    pub run_count: u64,
+    pub run_time: Duration,
+}
+
+impl Probes {
+    pub fn load(layout: &KernelLayout, config: Config, limits: Limits, btf: aya::Btf) -> Result<Self> {
+        // Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones to the memory
+        // cgroup. Raising the limit may be refused (no CAP_SYS_RESOURCE): harmless on 5.11+.
+        let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: plain syscall with a valid struct.
+        let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("OFFSETS", &layout.offsets, true)
+            .override_global("CONFIG", &config, true)
+            .override_global("REQ_PREFLUSH_BIT", &layout.req_preflush_bit, true)
+            .map_max_entries("EXECS", limits.max_execs)
+            .map_max_entries("CGROUPS", limits.max_cgroups)
+            .map_max_entries("BASELINES", limits.max_baselines)
+            .load(OBJECT)
+            .map_err(|e| anyhow!("cannot load the profiler's eBPF maps and programs: {e}"))?;
+        let take = |ebpf: &mut Ebpf, name: &str| {
+            ebpf.take_map(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+        };
+        let cgroups = HashMap::try_from(take(&mut ebpf, "CGROUPS")?)?;
+        let execs = HashMap::try_from(take(&mut ebpf, "EXECS")?)?;
+        let baselines = HashMap::try_from(take(&mut ebpf, "BASELINES")?)?;
+        let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
+        let drops = PerCpuArray::try_from(take(&mut ebpf, "DROPS")?)?;
+        let mut probes = Self { ebpf, btf, cgroups, execs, baselines, events, drops };
+        for name in CGROUP_PROGRAMS.iter().chain(TASK_PROGRAMS) {
+            probes.load_tracepoint(name)?;
+        }
+        let btf = probes.btf.clone();
+        let iter: &mut Iter = probes.program("task_snapshot")?;
+        iter.load("task", &btf).map_err(|e| load_error("task_snapshot", e))?;
+        Ok(probes)
+    }
+
+    fn program<'a, T>(&'a mut self, name: &str) -> Result<&'a mut T>
+    where
+        &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+    {
+        let p = self
+            .ebpf
+            .program_mut(name)
+            .ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))?;
+        Ok(p.try_into()?)
+    }
+
+    fn load_tracepoint(&mut self, name: &str) -> Result<()> {
+        let btf = self.btf.clone();
+        let tp: &mut BtfTracePoint = self.program(name)?;
+        tp.load(name, &btf).map_err(|e| load_error(name, e))
+    }
+
+    fn attach_all(&mut self, names: &[&str]) -> Result<()> {
+        for name in names {
+            let tp: &mut BtfTracePoint = self.program(name)?;
+            tp.attach().map_err(|e| anyhow!("cannot attach to tracepoint {name}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Attach the cgroup lifecycle programs (new cgroups of the subtree get registered).
+    pub fn attach_cgroup_programs(&mut self) -> Result<()> {
+        self.attach_all(CGROUP_PROGRAMS)
+    }
+
+    /// Attach the task and block-IO programs.
+    pub fn attach_task_programs(&mut self) -> Result<()> {
+        self.attach_all(TASK_PROGRAMS)
+    }
+
+    /// Live counters of every task in the subtree (one pass of the task iterator).
+    pub fn snapshot(&mut self) -> Result<Vec<TaskRecord>> {
+        let iter: &mut Iter = self.program("task_snapshot")?;
+        let link_id = iter.attach().context("cannot create the task iterator")?;
+        let link = iter.take_link(link_id)?;
+        let mut file = link.into_file().context("cannot open the task iterator")?;
+        let mut buf = Vec::with_capacity(64 * 1024);
+        file.read_to_end(&mut buf).context("cannot read the task iterator")?;
+        let size = size_of::<TaskRecord>();
+        if buf.len() % size != 0 {
+            bail!("task iterator returned {} bytes, not a multiple of {size}", buf.len());
+        }
+        Ok(buf
+            .chunks_exact(size)
+            // SAFETY: TaskRecord is plain data and each chunk has its size.
+            .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const TaskRecord) })
+            .collect())
+    }
+
+    /// Drop counters summed over CPUs.
+    pub fn drops(&self) -> [u64; DROP_COUNTERS as usize] {
+        let mut out = [0u64; DROP_COUNTERS as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            if let Ok(v) = self.drops.get(&(i as u32), 0) {
+                *slot = v.iter().sum();
+            }
+        }
+        out
+    }
+
+    /// Raw fd of the ring buffer, for polling.
+    pub fn events_fd(&self) -> i32 {
+        self.events.as_raw_fd()
+    }
+
+    /// Run counts and times of our programs (meaningful while BPF statistics are enabled).
+    pub fn costs(&self) -> Vec<ProgramCost> {
+        let mut out = Vec::new();
+        for (name, prog) in self.ebpf.programs() {
+            if let Ok(info) = prog.info() {
+                out.push(ProgramCost {
+                    name: name.to_owned(),
+                    run_count: info.run_count(),
+                    run_time: info.run_time(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+fn load_error(name: &str, e: ProgramError) -> anyhow::Error {
+    // The verifier log is long; keep its last lines, which say what went wrong.
+    let text = format!("{e:#}");
+    let msg = match &e {
+        ProgramError::LoadError { verifier_log, .. } => {
+            let log = verifier_log.to_string();
+            let tail: Vec<&str> = log.lines().rev().take(6).collect();
+            format!("{}\n  verifier: {}", text, tail.into_iter().rev().collect::<Vec<_>>().join("\n  verifier: "))
+        }
+        _ => text,
+    };
+    anyhow!("cannot load program {name} on kernel {}: {msg}", kernel_release())
+}
+
+/// The running kernel's release string.
+pub fn kernel_release() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
