@@ -53,16 +53,14 @@ pub fn args_summary(raw: &[u8], max: usize) -> String {
         .collect();
     let mut out = String::new();
     for w in words {
-        let sep = if out.is_empty() { 0 } else { 1 };
-        if out.len() + sep + w.len() > max {
-            if out.is_empty() {
-                out = w.chars().take(max).collect();
-            }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        let room = max.saturating_sub(out.chars().count());
+        if w.chars().count() > room {
+            out.extend(w.chars().take(room));
             out.push('…');
             break;
-        }
-        if sep == 1 {
-            out.push(' ');
         }
         out.push_str(&w);
     }
@@ -511,7 +509,7 @@ mod tests {
     #[test]
     fn args_are_summarised() {
         assert_eq!(args_summary(b"cc\0-O2\0-c\0foo.c\0", 96), "cc -O2 -c foo.c");
-        assert_eq!(args_summary(b"a\0bbbbbbbbbb\0", 5), "a…");
+        assert_eq!(args_summary(b"a\0bbbbbbbbbb\0", 5), "a bbb…");
         assert_eq!(args_summary(b"", 5), "");
     }
 

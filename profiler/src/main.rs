@@ -1,10 +1,29 @@
 use std::process::ExitCode;
 
-use clap::Parser as _;
+use clap::{Parser as _, error::ErrorKind};
 use profiler::commands::{Cli, run_cli};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            // One line: what is wrong, and where to look.
+            let text = e.to_string();
+            let what: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
+            let what = what.join(" ");
+            let what = what.strip_prefix("error: ").unwrap_or(&what);
+            eprintln!("profiler: error: {what} (see `profiler --help`)");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

@@ -252,6 +252,12 @@ impl Monitor {
                 continue;
             }
             let stats = self.probes.execs.get(&id, 0).ok();
+            // The attached cgroup is an exec only of processes placed directly in it.
+            let idle = stats.map(|s| s.task_exits == 0 && s.disk.read_reqs + s.disk.write_reqs == 0).unwrap_or(true)
+                && !snap.tasks.contains_key(&id);
+            if idle && self.execs.get(id).is_some_and(|e| e.path == ".") {
+                continue;
+            }
             out.push(self.finish(id, stats, Vec::new(), Some(&snap)));
         }
         out.sort_by(|a, b| a.exec.cmp(&b.exec));

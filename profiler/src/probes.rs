@@ -13,7 +13,7 @@ use profiler_common::*;
 
 use crate::kernel_layout::KernelLayout;
 
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf"));
 
 /// Programs attached first, so that the subtree's cgroups can be registered before tasks
 /// are followed.

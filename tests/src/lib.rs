@@ -1,1 +1,290 @@
-//! Shared helpers of the privileged tests.
+//! Helpers of the privileged end-to-end tests: test cgroups that clean up after themselves,
+//! the profiler running in the background, workloads placed in cgroups, ground-truth readers.
+//!
+//! These tests need root and BPF. They never skip: without root they fail and say why.
+
+use std::{
+    fs,
+    io::{BufRead as _, BufReader, Write as _},
+    os::unix::{fs::MetadataExt as _, process::CommandExt as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, mpsc},
+    thread,
+    time::{Duration, Instant},
+};
+
+pub use serde_json::Value;
+
+/// The profiler binary under test (built by `cargo xtask test`, or named by PROFILER_BIN).
+pub fn profiler_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("PROFILER_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let p = root.join("target/debug/profiler");
+    assert!(p.exists(), "{} missing: build it first (cargo build -p profiler) or set PROFILER_BIN", p.display());
+    p
+}
+
+/// Fail (never skip) when not root.
+pub fn require_root() {
+    // SAFETY: trivial libc call.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "these tests load eBPF programs and create cgroups: run them as root (cargo xtask test does)");
+}
+
+/// The cgroup v2 mount point, from /proc/self/mountinfo.
+pub fn v2_mount() -> PathBuf {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    for line in info.lines() {
+        if let Some((pre, post)) = line.split_once(" - ") {
+            if post.starts_with("cgroup2 ") {
+                return PathBuf::from(pre.split_whitespace().nth(4).unwrap());
+            }
+        }
+    }
+    panic!("no cgroup v2 mount");
+}
+
+/// A cgroup subtree owned by one test: removed (processes killed) on drop, also on failure.
+pub struct TestCgroup {
+    pub path: PathBuf,
+}
+
+impl TestCgroup {
+    /// `<v2 mount>/profiler-test-<name>-<pid>`.
+    pub fn new(name: &str) -> Self {
+        require_root();
+        let path = v2_mount().join(format!("profiler-test-{name}-{}", std::process::id()));
+        if path.exists() {
+            remove_tree(&path);
+        }
+        fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        Self { path }
+    }
+
+    /// Path relative to the v2 mount, as passed to `--cgroup`.
+    pub fn arg(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// Create a child cgroup (an exec) and return its path.
+    pub fn child(&self, name: &str) -> PathBuf {
+        let p = self.path.join(name);
+        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        p
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        remove_tree(&self.path);
+    }
+}
+
+/// Kill every process below `dir` and remove the cgroups, deepest first.
+pub fn remove_tree(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut dirs = Vec::new();
+    collect_dirs(dir, &mut dirs);
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in &dirs {
+        let _ = fs::write(d.join("cgroup.kill"), "1");
+        for pid in fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default().lines() {
+            if let Ok(pid) = pid.trim().parse::<i32>() {
+                // SAFETY: killing processes our own test placed in its own cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+    for d in &dirs {
+        while fs::remove_dir(d).is_err() && d.exists() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    if !dir.is_dir() {
+        return;
+    }
+    out.push(dir.to_path_buf());
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                collect_dirs(&e.path(), out);
+            }
+        }
+    }
+}
+
+/// The cgroup id (kernfs inode) of a cgroup directory.
+pub fn cgroup_id(dir: &Path) -> u64 {
+    fs::metadata(dir).unwrap().ino()
+}
+
+/// Start `argv` inside the cgroup `dir` (the child moves itself in before it execs).
+pub fn spawn_in(dir: &Path, argv: &[&str]) -> Child {
+    let procs = fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).unwrap();
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::null());
+    // SAFETY: only a write(2) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut f = &procs;
+            f.write_all(b"0")
+        });
+    }
+    cmd.spawn().unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
+}
+
+/// Run `argv` inside `dir` to completion; panics unless it succeeds.
+pub fn run_in(dir: &Path, argv: &[&str]) {
+    let status = spawn_in(dir, argv).wait().unwrap();
+    assert!(status.success(), "{argv:?} failed: {status}");
+}
+
+/// cpu.stat usage_usec of a cgroup.
+pub fn cpu_usage_usec(dir: &Path) -> u64 {
+    let s = fs::read_to_string(dir.join("cpu.stat")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// (on-CPU ns, run delay ns) of a task from /proc/PID/schedstat.
+pub fn schedstat(pid: u32) -> (u64, u64) {
+    let s = fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+    let v: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[0], v[1])
+}
+
+/// A scratch directory on a real block device (not tmpfs), for IO tests.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target/io-scratch");
+    let d = root.join(format!("{name}-{}", std::process::id()));
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The profiler running `attach` in the background with JSON output.
+pub struct Attached {
+    child: Child,
+    records: Arc<Mutex<Vec<Value>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    readers: Vec<thread::JoinHandle<()>>,
+}
+
+impl Attached {
+    /// Start `profiler attach --output json --cgroup <cg> <extra...>` and wait until it is
+    /// attached.
+    pub fn start(cg: &TestCgroup, extra: &[&str]) -> Self {
+        require_root();
+        let mut child = Command::new(profiler_bin())
+            .args(["attach", "--output", "json", "--top", "0", "--cgroup", &cg.arg()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start profiler");
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let r = records.clone();
+        let t1 = thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"));
+                r.lock().unwrap().push(v);
+            }
+        });
+        let e = stderr.clone();
+        let t2 = thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if line.contains("profiler: attached to") {
+                    let _ = ready_tx.send(());
+                }
+                eprintln!("[profiler] {line}");
+                e.lock().unwrap().push(line);
+            }
+        });
+        if ready_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("profiler did not attach: {:?}", stderr.lock().unwrap());
+        }
+        Self { child, records, stderr, readers: vec![t1, t2] }
+    }
+
+    /// Records received so far.
+    pub fn records(&self) -> Vec<Value> {
+        self.records.lock().unwrap().clone()
+    }
+
+    /// Wait until a record for cgroup `id` with state "ended" arrives.
+    pub fn wait_ended(&self, id: u64, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self
+                .records()
+                .into_iter()
+                .find(|r| r["cgroup_id"].as_u64() == Some(id) && r["state"] == "ended")
+            {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "no final record for cgroup {id} within {timeout:?}");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Wait until `n` ended records have arrived.
+    pub fn wait_ended_count(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ended: Vec<Value> = self.records().into_iter().filter(|r| r["state"] == "ended").collect();
+            if ended.len() >= n || Instant::now() > deadline {
+                return ended;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGINT, wait for exit; returns (exit code, all records, stderr lines).
+    pub fn stop(mut self) -> (i32, Vec<Value>, Vec<String>) {
+        // SAFETY: signal the profiler this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
+        for t in self.readers.drain(..) {
+            t.join().unwrap();
+        }
+        let code = status.code().unwrap_or(-1);
+        (code, self.records(), self.stderr.lock().unwrap().clone())
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if self.readers.is_empty() {
+            return;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Relative difference |a-b|/b.
+pub fn rel_err(measured: f64, truth: f64) -> f64 {
+    ((measured - truth) / truth).abs()
+}
+
+/// Print a measured error line (collected into the test log for the notes).
+pub fn report(name: &str, measured: f64, truth: f64) -> f64 {
+    let e = rel_err(measured, truth);
+    eprintln!("MEASURED {name}: profiler {measured:.0} truth {truth:.0} error {:.4}%", e * 100.0);
+    e
+}

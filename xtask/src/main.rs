@@ -1,1 +1,304 @@
-fn main() {}
+//! Operational tasks: `cargo xtask setup | test | demo | bench`.
+//!
+//! setup installs what a fresh machine lacks (idempotent, no questions): the nightly
+//! toolchain's rust-src and a bpf-linker built against that toolchain's own libLLVM.
+
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the build prerequisites (rust-src for nightly, bpf-linker).
+    Setup,
+    /// Set up, build, then run every test: unit tests and the privileged end-to-end suite.
+    Test {
+        /// Only run tests whose name contains this.
+        filter: Option<String>,
+    },
+    /// Set up, build, and profile a real demo workload with the embedded default output.
+    Demo,
+    /// Set up, build, and measure the cost of each eBPF program under exec churn.
+    Bench {
+        /// Execs to create and remove.
+        #[arg(long, default_value_t = 2000)]
+        execs: u32,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup(),
+        Task::Test { filter } => {
+            setup()?;
+            test(filter.as_deref())
+        }
+        Task::Demo => {
+            setup()?;
+            demo()
+        }
+        Task::Bench { execs } => {
+            setup()?;
+            bench(execs)
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: running {cmd:?}");
+    let st = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    if !st.success() {
+        bail!("{cmd:?} failed: {st}");
+    }
+    Ok(())
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("cannot run {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).map(|v| v.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+// ------------------------------------------------------------------------------------------
+// setup
+
+fn setup() -> Result<()> {
+    let installed = output(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
+        .context("the nightly toolchain is needed to build the eBPF programs (rustup toolchain install nightly)")?;
+    if !installed.lines().any(|l| l.starts_with("rust-src")) {
+        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    }
+    install_bpf_linker()
+}
+
+/// bpf-linker must use the LLVM of the rustc that compiles the eBPF crate. Debian has no
+/// matching LLVM, but the nightly toolchain ships its own libLLVM: link against that.
+fn install_bpf_linker() -> Result<()> {
+    let sysroot = output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?;
+    let lib_dir = PathBuf::from(sysroot.trim()).join("lib");
+    let lib = fs::read_dir(&lib_dir)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.") && n.contains("-rust-"))
+        })
+        .with_context(|| format!("no libLLVM.so.*-rust-* in {}", lib_dir.display()))?;
+    let name = lib.file_name().unwrap().to_string_lossy().into_owned();
+    // libLLVM.so.22.1-rust-1.97.0-nightly -> 22
+    let major: u32 = name
+        .trim_start_matches("libLLVM.so.")
+        .split(['.', '-'])
+        .next()
+        .and_then(|m| m.parse().ok())
+        .with_context(|| format!("cannot read the LLVM version from {name}"))?;
+
+    let stamp = format!("llvm-{major} {}", lib.display());
+    let home = env::var("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo")
+    });
+    let stamp_file = home.join("bpf-linker.llvm");
+    let works = Command::new("bpf-linker").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    if works && fs::read_to_string(&stamp_file).ok().as_deref() == Some(stamp.as_str()) {
+        return Ok(());
+    }
+    let prefix = home.join("bpf-linker-llvm");
+    fs::create_dir_all(prefix.join("lib"))?;
+    let link = prefix.join("lib/libLLVM.so");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(&lib, &link)?;
+    eprintln!("xtask: building bpf-linker against {name} (about a minute)");
+    run(Command::new("cargo")
+        .args(["install", "--force", "bpf-linker", "--no-default-features", "--features"])
+        .arg(format!("llvm-{major}"))
+        .env("LLVM_PREFIX", &prefix)
+        // Find the toolchain's libLLVM at run time too.
+        .env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib_dir.display())))?;
+    fs::write(&stamp_file, stamp)?;
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------
+// build and test
+
+fn cargo() -> Command {
+    let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn build(release: bool) -> Result<PathBuf> {
+    let mut c = cargo();
+    c.args(["build", "-p", "profiler"]);
+    if release {
+        c.arg("--release");
+    }
+    run(&mut c)?;
+    Ok(root().join(if release { "target/release/profiler" } else { "target/debug/profiler" }))
+}
+
+fn test(filter: Option<&str>) -> Result<()> {
+    if !is_root() {
+        bail!("the end-to-end tests load eBPF programs and create cgroups: run `cargo xtask test` as root");
+    }
+    let bin = build(false)?;
+    let mut unit = cargo();
+    unit.args(["test", "--workspace", "--exclude", "profiler-tests", "--exclude", "profiler-ebpf"]);
+    if let Some(f) = filter {
+        unit.arg(f);
+    }
+    run(&mut unit)?;
+    // Privileged tests share one kernel: one at a time.
+    let mut e2e = cargo();
+    e2e.args(["test", "-p", "profiler-tests", "--"]);
+    if let Some(f) = filter {
+        e2e.arg(f);
+    }
+    e2e.args(["--test-threads=1", "--nocapture"]).env("PROFILER_BIN", &bin);
+    run(&mut e2e)
+}
+
+// ------------------------------------------------------------------------------------------
+// demo
+
+fn v2_mount() -> Result<PathBuf> {
+    let info = fs::read_to_string("/proc/self/mountinfo")?;
+    info.lines()
+        .filter_map(|l| l.split_once(" - "))
+        .find(|(_, post)| post.starts_with("cgroup2 "))
+        .and_then(|(pre, _)| pre.split_whitespace().nth(4))
+        .map(PathBuf::from)
+        .context("no cgroup v2 mount")
+}
+
+/// Run `script` with sh inside cgroup `dir` (created here) and wait for it; then remove it.
+fn exec_in(dir: &Path, script: &str) -> Result<()> {
+    fs::create_dir_all(dir)?;
+    let full = format!("echo $$ > {}/cgroup.procs && {script}", dir.display());
+    let st = Command::new("sh").args(["-c", &full]).status()?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fs::remove_dir(dir).is_err() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    if !st.success() {
+        bail!("demo step failed: {script}");
+    }
+    Ok(())
+}
+
+fn demo() -> Result<()> {
+    if !is_root() {
+        bail!("the demo loads eBPF programs: run `cargo xtask demo` as root");
+    }
+    let bin = build(true)?;
+    let base = v2_mount()?.join(format!("profiler-demo-{}", std::process::id()));
+    fs::create_dir_all(&base)?;
+    let work = root().join("target/demo");
+    fs::create_dir_all(&work)?;
+    let result = (|| -> Result<()> {
+        eprintln!("\nxtask: `profiler attach --cgroup {}`: each child cgroup is an exec", base.display());
+        let mut prof: Child = Command::new(&bin).args(["attach", "--cgroup"]).arg(&base).stderr(Stdio::inherit()).spawn()?;
+        thread::sleep(Duration::from_secs(2));
+        let w = work.display();
+        // A small build: compile and link a C program, with its compiler processes.
+        fs::write(work.join("hello.c"), "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n")?;
+        exec_in(&base.join("compile"), &format!("cc -O2 -o {w}/hello {w}/hello.c && {w}/hello >/dev/null"))?;
+        // Disk traffic: a direct-IO write and read, then a buffered write made durable.
+        exec_in(
+            &base.join("disk-io"),
+            &format!(
+                "dd if=/dev/zero of={w}/blob bs=1M count=32 oflag=direct status=none && \
+                 dd if={w}/blob of=/dev/null bs=1M iflag=direct status=none && \
+                 dd if=/dev/zero of={w}/blob2 bs=1M count=16 conv=fsync status=none"
+            ),
+        )?;
+        // Many short processes, as a shell-heavy build step runs them.
+        exec_in(&base.join("short-procs"), "for i in $(seq 1 30); do /bin/true; done")?;
+        // Two CPU hogs sharing one CPU: run-queue delay.
+        exec_in(&base.join("contended"), "taskset -c 0 sh -c 'timeout 1 sh -c \"while :; do :; done\" & timeout 1 sh -c \"while :; do :; done\"; wait'")?;
+        thread::sleep(Duration::from_secs(3));
+        interrupt(prof.id());
+        prof.wait()?;
+        eprintln!("\nxtask: `profiler run -- tar czf ...`: one command in a fresh cgroup, with its process breakdown");
+        run(Command::new(&bin).args(["run", "--top", "5", "--", "sh", "-c"]).arg(format!(
+            "tar czf {w}/src.tgz -C {} profiler profiler-common profiler-ebpf && sync -f {w}/src.tgz",
+            root().display()
+        )))?;
+        Ok(())
+    })();
+    let _ = fs::remove_dir_all(&work);
+    let _ = fs::remove_dir(&base);
+    result
+}
+
+/// SIGINT to a process we started (the profiler flushes and exits 0).
+fn interrupt(pid: u32) {
+    let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+}
+
+// ------------------------------------------------------------------------------------------
+// bench
+
+/// Exec churn under the profiler with the kernel's BPF statistics on: mean cost per program.
+fn bench(execs: u32) -> Result<()> {
+    if !is_root() {
+        bail!("the benchmark loads eBPF programs: run `cargo xtask bench` as root");
+    }
+    let bin = build(true)?;
+    let base = v2_mount()?.join(format!("profiler-bench-{}", std::process::id()));
+    fs::create_dir_all(&base)?;
+    let scratch = root().join("target/bench");
+    fs::create_dir_all(&scratch)?;
+    let result = (|| -> Result<()> {
+        let mut prof = Command::new(&bin)
+            .args(["attach", "--bpf-stats", "--max-execs", "8192", "--cgroup"])
+            .arg(&base)
+            .stdout(Stdio::null())
+            .spawn()?;
+        thread::sleep(Duration::from_secs(2));
+        let start = Instant::now();
+        for i in 0..execs {
+            let d = base.join(format!("e{i}"));
+            // Each exec: a shell, a short command, and a little direct IO to the disk.
+            exec_in(
+                &d,
+                &format!("/bin/true; dd if=/dev/zero of={}/f bs=4k count=16 oflag=direct status=none", scratch.display()),
+            )?;
+        }
+        let took = start.elapsed();
+        thread::sleep(Duration::from_secs(3));
+        interrupt(prof.id());
+        prof.wait()?;
+        eprintln!("xtask: {execs} execs in {:.1}s ({:.0} execs/s)", took.as_secs_f64(), execs as f64 / took.as_secs_f64());
+        Ok(())
+    })();
+    let _ = fs::remove_dir(&base);
+    let _ = fs::remove_dir_all(&scratch);
+    result
+}
