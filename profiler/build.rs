@@ -24,12 +24,18 @@ fn main() -> anyhow::Result<()> {
         ));
     }
     aya_build::build_ebpf(
-        [aya_build::Package { name: pkg.name.as_str(), root_dir: root.as_str(), ..Default::default() }],
+        [aya_build::Package {
+            name: pkg.name.as_str(),
+            root_dir: root.as_str(),
+            ..Default::default()
+        }],
         aya_build::Toolchain::default(),
     )
 }
 
 fn which_bpf_linker() -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join("bpf-linker")).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join("bpf-linker"))
+        .find(|p| p.is_file())
 }

@@ -25,6 +25,9 @@ pub struct KernelOffsets {
     pub task_nvcsw: u32,
     pub task_nivcsw: u32,
     pub task_delays: u32,
+    /// Byte holding the `in_iowait` bitfield, and the bit's mask within it.
+    pub task_in_iowait_byte: u32,
+    pub task_in_iowait_mask: u32,
     pub task_ioac_rchar: u32,
     pub task_ioac_wchar: u32,
     pub task_ioac_syscr: u32,
@@ -74,6 +77,8 @@ impl KernelOffsets {
         task_nvcsw: ABSENT,
         task_nivcsw: ABSENT,
         task_delays: ABSENT,
+        task_in_iowait_byte: ABSENT,
+        task_in_iowait_mask: 0,
         task_ioac_rchar: ABSENT,
         task_ioac_wchar: ABSENT,
         task_ioac_syscr: ABSENT,
@@ -143,7 +148,7 @@ pub struct TaskCounters {
     pub runq_ns: u64,
     /// sched_info.pcount: times the task was put on a CPU.
     pub runq_count: u64,
-    /// delays->blkio_delay: time in uninterruptible sleep waiting for block IO (in_iowait).
+    /// Time blocked waiting for IO (uninterruptible sleep with in_iowait), until the wake-up.
     pub iowait_ns: u64,
     pub iowait_count: u64,
     /// delays->swapin_delay, freepages_delay, thrashing_delay: memory stalls.
@@ -286,7 +291,7 @@ pub struct ExecStats {
     /// Tasks that have exited but whose final counters have not been collected yet
     /// (a wrapping counter: read it as i64).
     pub pending: u64,
-    /// Ended tasks that had no delay accounting (their IO-wait and memory stalls are unknown).
+    /// Ended tasks that had no usable delay accounting (their memory stalls are unknown).
     pub tasks_without_delays: u64,
     /// Ended tasks that were already running when they came under the profiler: counted from
     /// that moment, not from their start.
@@ -302,6 +307,20 @@ pub struct TaskBaseline {
     pub start_time_ns: u64,
     pub exec_id: u64,
     pub counters: TaskCounters,
+}
+
+/// A task's IO waits (key: tid): time blocked with `in_iowait` set, from the switch-out to
+/// the wake-up. Measured here because the kernel's own delay accounting of these waits
+/// (blkio_delay) is unreliable since Linux 6.12 (see README).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoWait {
+    /// task_struct.start_time of the task the entry belongs to (guards against pid reuse).
+    pub start_time_ns: u64,
+    /// When the current wait began (0: not waiting).
+    pub blocked_ns: u64,
+    pub total_ns: u64,
+    pub count: u64,
 }
 
 /// In-flight block request (key: request pointer).
@@ -329,6 +348,7 @@ pub const DROP_EXECS_FULL: u32 = 2;
 pub const DROP_BASELINES_FULL: u32 = 3;
 pub const DROP_INFLIGHT_FULL: u32 = 4;
 pub const DROP_EXEC_MISSING: u32 = 5;
+pub const DROP_IOWAIT_FULL: u32 = 6;
 pub const DROP_COUNTERS: u32 = 8;
 
 /// Event kinds: the first u32 of every ring-buffer record and iterator record.
@@ -358,7 +378,7 @@ pub struct CgroupEvent {
     pub path: [u8; CGROUP_PATH_LEN],
 }
 
-/// Flags of [`TaskRecord::flags`].
+/// Flags of [`TaskRecord::flags`]. TASK_NO_DELAYS: no usable delay accounting (memory stalls).
 pub const TASK_LEADER: u32 = 1;
 pub const TASK_NO_DELAYS: u32 = 2;
 pub const TASK_PARTIAL: u32 = 4;
@@ -414,6 +434,7 @@ mod pod {
     unsafe impl aya::Pod for ExecStats {}
     unsafe impl aya::Pod for TaskBaseline {}
     unsafe impl aya::Pod for Inflight {}
+    unsafe impl aya::Pod for IoWait {}
 }
 
 #[cfg(test)]
@@ -437,8 +458,16 @@ mod tests {
 
     #[test]
     fn counters_since_and_add() {
-        let mut a = TaskCounters { oncpu_ns: 10, rchar: 5, ..Default::default() };
-        let b = TaskCounters { oncpu_ns: 4, rchar: 5, ..Default::default() };
+        let mut a = TaskCounters {
+            oncpu_ns: 10,
+            rchar: 5,
+            ..Default::default()
+        };
+        let b = TaskCounters {
+            oncpu_ns: 4,
+            rchar: 5,
+            ..Default::default()
+        };
         let d = a.since(&b);
         assert_eq!((d.oncpu_ns, d.rchar), (6, 0));
         a.add(&d);

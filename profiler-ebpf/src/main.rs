@@ -15,8 +15,8 @@
 
 use core::{
     ffi::c_void,
-    ptr::{null, read_volatile},
     intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::{null, read_volatile},
 };
 
 use aya_ebpf::{
@@ -38,20 +38,28 @@ use profiler_common::*;
 static OFFSETS: KernelOffsets = KernelOffsets::ABSENT;
 
 #[unsafe(no_mangle)]
-static CONFIG: Config = Config { base_cgroup_id: 0, exec_depth: 1, blkcg_attribution: 0 };
+static CONFIG: Config = Config {
+    base_cgroup_id: 0,
+    exec_depth: 1,
+    blkcg_attribution: 0,
+};
 
 /// Bit of REQ_PREFLUSH in a request's cmd_flags (from the kernel's `enum req_flag_bits`).
 #[unsafe(no_mangle)]
 static REQ_PREFLUSH_BIT: u32 = 18;
 
+/// A field of OFFSETS. Read volatile so the compiler cannot fold the default in; the
+/// verifier knows the loaded value (the global is frozen), so untaken branches cost nothing.
 macro_rules! off {
     ($f:ident) => {
-        // SAFETY: plain read of a global; volatile so the compiler cannot fold the default.
-        #[allow(unused_unsafe)]
-        unsafe {
-            read_volatile(&OFFSETS.$f)
-        }
+        global(&OFFSETS.$f)
     };
+}
+
+#[inline(always)]
+fn global<T: Copy>(v: &T) -> T {
+    // SAFETY: plain read of a global.
+    unsafe { read_volatile(v) }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -73,6 +81,10 @@ static BASELINES: HashMap<u32, TaskBaseline> = HashMap::with_max_entries(16384, 
 /// request whose completion is never seen cannot leak an entry.
 #[map]
 static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(8192, 0);
+
+/// Tid -> IO waits of tasks of the subtree that have waited on IO.
+#[map]
+static IOWAITS: HashMap<u32, IoWait> = HashMap::with_max_entries(32768, 0);
 
 /// Lifecycle records to userspace.
 #[map]
@@ -169,7 +181,7 @@ fn stats_of(exec_id: u64) -> Option<&'static mut ExecStats> {
     }
 }
 
-/// The task's cumulative counters. Returns false when the task has no delay accounting.
+/// The task's cumulative counters. Returns false when the task has no usable delay accounting.
 #[inline(always)]
 fn read_counters(task: *const u8, c: &mut TaskCounters) -> bool {
     c.oncpu_ns = rd(task, off!(task_sum_exec_runtime));
@@ -184,21 +196,47 @@ fn read_counters(task: *const u8, c: &mut TaskCounters) -> bool {
     c.storage_read_bytes = rd(task, off!(task_ioac_read_bytes));
     c.dirtied_bytes = rd(task, off!(task_ioac_write_bytes));
     c.cancelled_write_bytes = rd(task, off!(task_ioac_cancelled_write_bytes));
-    let delays = rd_ptr(task, off!(task_delays));
-    if delays.is_null() {
-        c.iowait_ns = 0;
-        c.iowait_count = 0;
-        c.swapin_ns = 0;
-        c.reclaim_ns = 0;
-        c.thrashing_ns = 0;
-        return false;
+    let start_time = rd::<u64>(task, off!(task_start_time));
+    let pid = rd::<u32>(task, off!(task_pid));
+    // SAFETY: plain data copied out.
+    match unsafe { IOWAITS.get(&pid) } {
+        Some(w) if w.start_time_ns == start_time => {
+            c.iowait_ns = w.total_ns;
+            c.iowait_count = w.count;
+        }
+        _ => {
+            c.iowait_ns = 0;
+            c.iowait_count = 0;
+        }
     }
-    c.iowait_ns = rd(delays, off!(delays_blkio_delay));
-    c.iowait_count = rd::<u32>(delays, off!(delays_blkio_count)) as u64;
+    let delays = rd_ptr(task, off!(task_delays));
     c.swapin_ns = rd(delays, off!(delays_swapin_delay));
     c.reclaim_ns = rd(delays, off!(delays_freepages_delay));
     c.thrashing_ns = rd(delays, off!(delays_thrashing_delay));
+    // A task cannot have waited longer than it has lived. The kernel can end an IO wait
+    // whose start it never recorded (seen on 6.18: blkio_delay jumps by the uptime); such a
+    // task's delay figures are unusable.
+    // SAFETY: helper without arguments.
+    let life = unsafe { bpf_ktime_get_ns() }.wrapping_sub(rd::<u64>(task, off!(task_start_time)));
+    if delays.is_null()
+        || c.iowait_ns > life
+        || c.swapin_ns > life
+        || c.reclaim_ns > life
+        || c.thrashing_ns > life
+    {
+        clear_delays(c);
+        return false;
+    }
     true
+}
+
+#[inline(always)]
+fn clear_delays(c: &mut TaskCounters) {
+    c.iowait_ns = 0;
+    c.iowait_count = 0;
+    c.swapin_ns = 0;
+    c.reclaim_ns = 0;
+    c.thrashing_ns = 0;
 }
 
 /// Fill `rec` with the task's identity and its counters minus any baseline. Returns the
@@ -212,7 +250,8 @@ fn fill_record(task: *const u8, exec_id: u64, kind: u32, rec: &mut TaskRecord) -
     rec.start_time_ns = rd(task, off!(task_start_time));
     rec.comm = rd(task, off!(task_comm));
     rec.flags = if rec.pid == rec.tgid { TASK_LEADER } else { 0 };
-    if !read_counters(task, &mut rec.counters) {
+    let delays_ok = read_counters(task, &mut rec.counters);
+    if !delays_ok {
         rec.flags |= TASK_NO_DELAYS;
     }
     // SAFETY: plain data copied out.
@@ -220,6 +259,9 @@ fn fill_record(task: *const u8, exec_id: u64, kind: u32, rec: &mut TaskRecord) -
     match base {
         Some(b) if b.start_time_ns == rec.start_time_ns => {
             rec.counters = rec.counters.since(&b.counters);
+            if !delays_ok {
+                clear_delays(&mut rec.counters);
+            }
             rec.flags |= TASK_PARTIAL;
             true
         }
@@ -227,14 +269,18 @@ fn fill_record(task: *const u8, exec_id: u64, kind: u32, rec: &mut TaskRecord) -
     }
 }
 
-fn emit<T>(ev: &T) {
-    // Wake the reader only when the buffer is filling up; otherwise it drains on its timer.
-    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) > (1 << 20) {
-        BPF_RB_FORCE_WAKEUP
+/// Wake the reader only when the buffer is filling up; otherwise it drains on its timer.
+#[inline(always)]
+fn wakeup_flag() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) > (1 << 20) {
+        BPF_RB_FORCE_WAKEUP as u64
     } else {
-        BPF_RB_NO_WAKEUP
-    };
-    if EVENTS.output::<T>(ev, flags as u64).is_err() {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
+fn emit<T>(ev: &T) {
+    if EVENTS.output::<T>(ev, wakeup_flag()).is_err() {
         drop_count(DROP_RINGBUF);
     }
 }
@@ -260,8 +306,12 @@ fn try_cgroup_mkdir(cgrp: *const u8, path: *const u8) -> Option<()> {
     let parent_id = cgroup_id(rd_ptr(parent_css, off!(css_cgroup)));
     let parent = entry_of(parent_id)?;
     let depth = parent.depth + 1;
-    let exec_depth = unsafe { read_volatile(&CONFIG.exec_depth) };
-    let exec_id = if depth <= exec_depth { id } else { parent.exec_id };
+    let exec_depth = global(&CONFIG.exec_depth);
+    let exec_id = if depth <= exec_depth {
+        id
+    } else {
+        parent.exec_id
+    };
     if exec_id == id {
         let zero = ZERO_STATS.get(0)?;
         if let Err(e) = EXECS.insert(&id, zero, BPF_NOEXIST as u64) {
@@ -271,14 +321,22 @@ fn try_cgroup_mkdir(cgrp: *const u8, path: *const u8) -> Option<()> {
             }
         }
     }
-    let entry = CgroupEntry { exec_id, depth, _pad: 0 };
+    let entry = CgroupEntry {
+        exec_id,
+        depth,
+        _pad: 0,
+    };
     if let Err(e) = CGROUPS.insert(&id, &entry, BPF_NOEXIST as u64) {
         if e != -17 {
             drop_count(DROP_CGROUPS_FULL);
             return None;
         }
     }
-    let kind = if exec_id == id { EV_EXEC_CREATED } else { EV_CGROUP_CREATED };
+    let kind = if exec_id == id {
+        EV_EXEC_CREATED
+    } else {
+        EV_CGROUP_CREATED
+    };
     emit_cgroup_event(kind, id, &entry, path);
     Some(())
 }
@@ -302,8 +360,8 @@ fn emit_cgroup_event(kind: u32, id: u64, entry: &CgroupEntry, path: *const u8) {
             let _ = bpf_probe_read_kernel_str_bytes(path, &mut (*ev).path);
         }
     }
-    // Exec starts and ends are what the reader waits for: wake it.
-    slot.submit(BPF_RB_FORCE_WAKEUP as u64);
+    // No wake-up (it costs microseconds): the reader drains on its timer.
+    slot.submit(wakeup_flag());
 }
 
 #[btf_tracepoint(function = "cgroup_rmdir")]
@@ -357,7 +415,11 @@ fn try_attach_task(dst: *const u8, task: *const u8) -> Option<()> {
     }
     match dst_entry {
         Some(e) => {
-            let b = TaskBaseline { start_time_ns: start, exec_id: e.exec_id, counters: rec.counters };
+            let b = TaskBaseline {
+                start_time_ns: start,
+                exec_id: e.exec_id,
+                counters: rec.counters,
+            };
             if BASELINES.insert(&pid, &b, 0).is_err() {
                 drop_count(DROP_BASELINES_FULL);
             }
@@ -446,12 +508,7 @@ fn try_exec(task: *const u8) -> Option<()> {
             }
         }
     }
-    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) > (1 << 20) {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    };
-    slot.submit(flags as u64);
+    slot.submit(wakeup_flag());
     Some(())
 }
 
@@ -486,6 +543,7 @@ fn try_free(task: *const u8) -> Option<()> {
     if partial {
         let _ = BASELINES.remove(&rec.pid);
     }
+    let _ = IOWAITS.remove(&rec.pid);
     let stats = stats_of(entry.exec_id)?;
     let c = rec.counters.as_array();
     let ended = stats.ended.as_array_mut();
@@ -507,6 +565,89 @@ fn try_free(task: *const u8) -> Option<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// IO wait: time a task of the subtree is blocked with in_iowait set (in io_schedule()), from
+// its switch-out to its wake-up. The kernel's own figure (delay accounting's blkio_delay)
+// stamps the start of such a wait on the wrong task when the scheduler delays a dequeue
+// (Linux 6.12 and later), so it is measured here. The common path of both programs is one
+// read of the task's in_iowait bit.
+
+/// The task's in_iowait bit. `task` must be a tracepoint argument (a pointer the verifier
+/// trusts): the byte is loaded directly, without a helper call, as this runs on every
+/// context switch and wake-up.
+#[inline(always)]
+fn in_iowait(task: *const u8) -> bool {
+    let off = off!(task_in_iowait_byte);
+    if off == ABSENT {
+        return false;
+    }
+    let mask = global(&OFFSETS.task_in_iowait_mask);
+    // SAFETY: a BTF-typed task pointer; the verifier checks the load against the kernel's BTF.
+    let byte = unsafe { read_volatile(task.wrapping_add(off as usize)) };
+    byte as u32 & mask != 0
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    let preempt: u8 = ctx.arg(0);
+    let prev: *const u8 = ctx.arg(1);
+    let prev_state: u32 = ctx.arg(3);
+    // A preempted task stays runnable whatever its state says: it is not blocking.
+    if preempt == 0 && prev_state != 0 && in_iowait(prev) {
+        let _ = iowait_block(prev);
+    }
+    0
+}
+
+#[inline(always)]
+fn iowait_block(task: *const u8) -> Option<()> {
+    // The switched-out task is still current.
+    // SAFETY: helper without arguments.
+    entry_of(unsafe { bpf_get_current_cgroup_id() })?;
+    let tid = rd::<u32>(task, off!(task_pid));
+    let start = rd::<u64>(task, off!(task_start_time));
+    // SAFETY: helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(w) = IOWAITS.get_ptr_mut(&tid) {
+        // SAFETY: the entry of a blocking task; only its own events touch it.
+        let w = unsafe { &mut *w };
+        if w.start_time_ns == start {
+            w.blocked_ns = now;
+            return Some(());
+        }
+    }
+    let w = IoWait {
+        start_time_ns: start,
+        blocked_ns: now,
+        total_ns: 0,
+        count: 0,
+    };
+    if IOWAITS.insert(&tid, &w, 0).is_err() {
+        drop_count(DROP_IOWAIT_FULL);
+    }
+    Some(())
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    // in_iowait is still set when the task is woken from io_schedule().
+    if in_iowait(task) {
+        let tid = rd::<u32>(task, off!(task_pid));
+        if let Some(w) = IOWAITS.get_ptr_mut(&tid) {
+            // SAFETY: the entry of the task being woken; only its own events touch it.
+            let w = unsafe { &mut *w };
+            if w.blocked_ns != 0 {
+                // SAFETY: helper without arguments.
+                w.total_ns += unsafe { bpf_ktime_get_ns() }.saturating_sub(w.blocked_ns);
+                w.count += 1;
+                w.blocked_ns = 0;
+            }
+        }
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
 // Block IO: one count per request, at completion, charged to the exec recorded when the
 // request was created in the submitter's context. Counting per issue would double-count
 // requeued requests; the current task at issue or completion is often kblockd or an IRQ.
@@ -520,9 +661,9 @@ pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 fn try_io_start(rq: *const u8) -> Option<()> {
-    let exec_depth = unsafe { read_volatile(&CONFIG.exec_depth) };
+    let exec_depth = global(&CONFIG.exec_depth);
     let mut exec_id = 0u64;
-    if unsafe { read_volatile(&CONFIG.blkcg_attribution) } != 0 {
+    if global(&CONFIG.blkcg_attribution) != 0 {
         // cgroup writeback: the bio carries the blkcg of the cgroup that dirtied the pages.
         let bio = rd_ptr(rq, off!(rq_bio));
         let blkg = rd_ptr(bio, off!(bio_blkg));
@@ -540,7 +681,7 @@ fn try_io_start(rq: *const u8) -> Option<()> {
         exec_id = entry_of(unsafe { bpf_get_current_cgroup_id() })?.exec_id;
     }
     let flags = rd::<u32>(rq, off!(rq_cmd_flags));
-    let preflush_bit = unsafe { read_volatile(&REQ_PREFLUSH_BIT) };
+    let preflush_bit = global(&REQ_PREFLUSH_BIT);
     let op = match flags & 0xff {
         0 => OP_READ,
         1 => OP_WRITE,
@@ -549,7 +690,12 @@ fn try_io_start(rq: *const u8) -> Option<()> {
         _ => OP_OTHER,
     };
     let preflush = preflush_bit < 32 && flags & (1u32 << (preflush_bit & 31)) != 0;
-    let v = Inflight { exec_id, issue_ns: 0, op, preflush: preflush as u32 };
+    let v = Inflight {
+        exec_id,
+        issue_ns: 0,
+        op,
+        preflush: preflush as u32,
+    };
     if INFLIGHT.insert(&(rq as u64), &v, 0).is_err() {
         drop_count(DROP_INFLIGHT_FULL);
     }
@@ -672,7 +818,11 @@ pub extern "C" fn task_snapshot(ctx: *mut c_void) -> i32 {
     // SAFETY: seq is the iterator's seq_file; rec is a valid buffer of the given size.
     unsafe {
         let seq = (*meta).seq;
-        helper::bpf_seq_write(seq as _, rec as *const TaskRecord as *const c_void, size_of::<TaskRecord>() as u32);
+        helper::bpf_seq_write(
+            seq as _,
+            rec as *const TaskRecord as *const c_void,
+            size_of::<TaskRecord>() as u32,
+        );
     }
     0
 }

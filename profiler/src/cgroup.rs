@@ -40,9 +40,8 @@ impl Hierarchy {
     /// to the v2 root ("/build" and "build" both mean <mount>/build).
     pub fn resolve(&self, arg: &str) -> Result<PathBuf> {
         let given = Path::new(arg);
-        let candidate = if given.is_absolute() && given.starts_with(&self.mount) {
-            given.to_path_buf()
-        } else if given.is_absolute() && given.exists() {
+        let candidate = if given.is_absolute() && (given.starts_with(&self.mount) || given.exists())
+        {
             given.to_path_buf()
         } else {
             self.mount.join(arg.trim_start_matches('/'))
@@ -109,11 +108,15 @@ fn fs_magic(path: &Path) -> Result<i64> {
 pub fn v2_mount_from_mountinfo(info: &str) -> Option<PathBuf> {
     for line in info.lines() {
         // "<id> <parent> <maj:min> <root> <mount point> <opts> [optional...] - <fstype> <src> <sopts>"
-        let Some((pre, post)) = line.split_once(" - ") else { continue };
+        let Some((pre, post)) = line.split_once(" - ") else {
+            continue;
+        };
         if post.split_whitespace().next() != Some("cgroup2") {
             continue;
         }
-        let Some(mount) = pre.split_whitespace().nth(4) else { continue };
+        let Some(mount) = pre.split_whitespace().nth(4) else {
+            continue;
+        };
         return Some(PathBuf::from(unescape_mountinfo(mount)));
     }
     None
@@ -125,7 +128,10 @@ fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v as char);
             i += 4;
@@ -139,7 +145,9 @@ fn unescape_mountinfo(s: &str) -> String {
 
 /// The cgroup id of a v2 cgroup directory: the inode number of its kernfs node.
 pub fn cgroup_id(dir: &Path) -> Result<u64> {
-    Ok(fs::metadata(dir).with_context(|| format!("cannot stat {}", dir.display()))?.ino())
+    Ok(fs::metadata(dir)
+        .with_context(|| format!("cannot stat {}", dir.display()))?
+        .ino())
 }
 
 /// A cgroup found while walking a subtree.
@@ -162,7 +170,11 @@ pub fn walk(root: &Path, visit: &mut dyn FnMut(&Found) -> Result<()>) -> Result<
             Err(_) if depth > 0 => continue,
             Err(e) => return Err(e),
         };
-        visit(&Found { path: dir.clone(), id, depth })?;
+        visit(&Found {
+            path: dir.clone(),
+            id,
+            depth,
+        })?;
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
             Err(e) if depth > 0 && e.kind() == io::ErrorKind::NotFound => continue,
@@ -227,7 +239,11 @@ pub fn kill_and_remove(dir: &Path, timeout: Duration) -> Result<()> {
             }
         }
         if Instant::now() > deadline {
-            bail!("processes in {} did not die within {:?}", dir.display(), timeout);
+            bail!(
+                "processes in {} did not die within {:?}",
+                dir.display(),
+                timeout
+            );
         }
         thread::sleep(Duration::from_millis(5));
     }
@@ -270,13 +286,19 @@ mod tests {
 33 25 0:29 / /sys/fs/cgroup/blkio rw,relatime - cgroup cgroup rw,blkio
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
-        assert_eq!(v2_mount_from_mountinfo(info), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            v2_mount_from_mountinfo(info),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
     }
 
     #[test]
     fn finds_pure_v2_mount_with_optional_fields() {
         let info = "35 24 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n";
-        assert_eq!(v2_mount_from_mountinfo(info), Some(PathBuf::from("/sys/fs/cgroup")));
+        assert_eq!(
+            v2_mount_from_mountinfo(info),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
     }
 
     #[test]
@@ -293,8 +315,13 @@ mod tests {
 
     #[test]
     fn kernel_paths() {
-        let h = Hierarchy { mount: PathBuf::from("/sys/fs/cgroup/unified") };
+        let h = Hierarchy {
+            mount: PathBuf::from("/sys/fs/cgroup/unified"),
+        };
         assert_eq!(h.kernel_path(Path::new("/sys/fs/cgroup/unified")), "/");
-        assert_eq!(h.kernel_path(Path::new("/sys/fs/cgroup/unified/a/b")), "/a/b");
+        assert_eq!(
+            h.kernel_path(Path::new("/sys/fs/cgroup/unified/a/b")),
+            "/a/b"
+        );
     }
 }

@@ -25,7 +25,11 @@ use crate::{
 };
 
 #[derive(Debug, Parser)]
-#[command(name = "profiler", version, about = "Per-exec resource profiler for cgroup subtrees, with eBPF")]
+#[command(
+    name = "profiler",
+    version,
+    about = "Per-exec resource profiler for cgroup subtrees, with eBPF"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -112,7 +116,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         Some(i) => (&s[..i], &s[i..]),
         None => (s, "s"),
     };
-    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?} (use e.g. 500ms, 2s, 1m)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (use e.g. 500ms, 2s, 1m)"))?;
     let secs = match unit {
         "ms" => v / 1000.0,
         "s" => v,
@@ -202,8 +208,16 @@ fn emit(reports: &[ExecReport], output: Output) {
 fn print_costs(mon: &Monitor) {
     eprintln!("profiler: eBPF program costs (kernel BPF statistics):");
     for c in mon.costs() {
-        let mean = if c.run_count > 0 { c.run_time.as_nanos() as u64 / c.run_count } else { 0 };
-        eprintln!("  {:<22} runs {:>10}  total {:>12} ns  mean {:>6} ns", c.name, c.run_count, c.run_time.as_nanos(), mean);
+        let mean = (c.run_time.as_nanos() as u64)
+            .checked_div(c.run_count)
+            .unwrap_or(0);
+        eprintln!(
+            "  {:<22} runs {:>10}  total {:>12} ns  mean {:>6} ns",
+            c.name,
+            c.run_count,
+            c.run_time.as_nanos(),
+            mean
+        );
     }
 }
 
@@ -220,7 +234,7 @@ async fn attach(args: AttachArgs) -> Result<i32> {
         args.exec_depth,
         mon.exec_ids().len()
     );
-    for n in mon.notes() {
+    for n in mon.notices() {
         eprintln!("profiler: note: {n}");
     }
     // SAFETY: the ring buffer's fd belongs to `mon`, which outlives `ring`.
@@ -301,18 +315,28 @@ async fn run(args: RunArgs) -> Result<i32> {
     let h = Hierarchy::find()?;
     crate::monitor::check_privileges()?;
     let given = PathBuf::from(&args.parent);
-    let parent = if given.starts_with(&h.mount) { given } else { h.mount.join(args.parent.trim_start_matches('/')) };
+    let parent = if given.starts_with(&h.mount) {
+        given
+    } else {
+        h.mount.join(args.parent.trim_start_matches('/'))
+    };
     if !parent.exists() {
         cgroup::create(&parent)?;
     }
     let parent = h.resolve(parent.to_str().context("non-UTF-8 parent path")?)?;
-    let name = args.name.clone().unwrap_or_else(|| format!("run-{}", std::process::id()));
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("run-{}", std::process::id()));
     if name.contains('/') || name.is_empty() || name.starts_with('.') {
         bail!("invalid cgroup name {name:?}: use a plain directory name");
     }
     let dir = parent.join(&name);
     if dir.exists() {
-        bail!("cgroup {} already exists; pick another --name", dir.display());
+        bail!(
+            "cgroup {} already exists; pick another --name",
+            dir.display()
+        );
     }
     cgroup::create(&dir)?;
     let guard = CgroupGuard(dir.clone());
@@ -353,9 +377,14 @@ async fn run(args: RunArgs) -> Result<i32> {
         bail!("the command {status}, but its exec's final figures did not arrive");
     };
     if leftovers {
-        report.notes.push("processes left behind by the command were killed".into());
+        report
+            .notes
+            .push("processes left behind by the command were killed".into());
     }
-    report.exec = dir.strip_prefix(&h.mount).map(|p| p.display().to_string()).unwrap_or(report.exec);
+    report.exec = dir
+        .strip_prefix(&h.mount)
+        .map(|p| p.display().to_string())
+        .unwrap_or(report.exec);
     match args.common.output {
         Output::Text => eprint!("{}", report.detailed(&args.command.join(" "), &status)),
         Output::Json => emit(&[report], Output::Json),
@@ -389,6 +418,9 @@ mod tests {
             _ => panic!(),
         }
         assert!(Cli::try_parse_from(["profiler", "attach"]).is_err());
-        assert!(Cli::try_parse_from(["profiler", "attach", "--cgroup", "x", "--exec-depth", "-1"]).is_err());
+        assert!(
+            Cli::try_parse_from(["profiler", "attach", "--cgroup", "x", "--exec-depth", "-1"])
+                .is_err()
+        );
     }
 }

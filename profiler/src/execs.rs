@@ -19,7 +19,11 @@ pub enum Event {
 
 fn read<T: Copy>(bytes: &[u8]) -> Result<T> {
     if bytes.len() < size_of::<T>() {
-        bail!("short record: {} bytes, expected {}", bytes.len(), size_of::<T>());
+        bail!(
+            "short record: {} bytes, expected {}",
+            bytes.len(),
+            size_of::<T>()
+        );
     }
     // SAFETY: length checked; T is plain data.
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const T) })
@@ -109,7 +113,10 @@ const MAX_LIVE: usize = 32768;
 
 impl ProcTable {
     pub fn new(keep: usize) -> Self {
-        Self { keep: keep.max(3), ..Default::default() }
+        Self {
+            keep: keep.max(3),
+            ..Default::default()
+        }
     }
 
     fn live_entry(&mut self, tgid: u32) -> &mut Proc {
@@ -121,7 +128,10 @@ impl ProcTable {
                 self.other.add(&p.counters);
             }
         }
-        self.live.entry(tgid).or_insert_with(|| Proc { tgid, ..Default::default() })
+        self.live.entry(tgid).or_insert_with(|| Proc {
+            tgid,
+            ..Default::default()
+        })
     }
 
     pub fn on_fork(&mut self, tgid: u32, parent_tgid: u32) {
@@ -202,7 +212,7 @@ impl ProcTable {
     }
 
     /// All processes: ended ones and, with `live` snapshot counters, running ones.
-    pub fn processes(&self, live_counters: &HashMap<u32, (TaskCounters, u32)>) -> Vec<Proc> {
+    pub fn processes(&self, live_counters: &ProcCounters) -> Vec<Proc> {
         let mut out = self.done.clone();
         for p in self.live.values() {
             let mut p = p.clone();
@@ -215,7 +225,12 @@ impl ProcTable {
         // Running processes only seen in the snapshot (no fork or exec seen for them).
         for (tgid, (c, threads)) in live_counters {
             if !self.live.contains_key(tgid) && !self.done.iter().any(|p| p.tgid == *tgid) {
-                out.push(Proc { tgid: *tgid, threads: *threads, counters: *c, ..Default::default() });
+                out.push(Proc {
+                    tgid: *tgid,
+                    threads: *threads,
+                    counters: *c,
+                    ..Default::default()
+                });
             }
         }
         out
@@ -271,9 +286,15 @@ impl Execs {
 
     /// Kernel path ("/base/x/y") to a path relative to the attached cgroup ("x/y").
     pub fn relative(&self, kernel_path: &str) -> String {
-        let rest = kernel_path.strip_prefix(&self.base_path).unwrap_or(kernel_path);
+        let rest = kernel_path
+            .strip_prefix(&self.base_path)
+            .unwrap_or(kernel_path);
         let rest = rest.trim_start_matches('/');
-        if rest.is_empty() { ".".into() } else { rest.into() }
+        if rest.is_empty() {
+            ".".into()
+        } else {
+            rest.into()
+        }
     }
 
     /// Register an exec (found by walking, or created).
@@ -297,10 +318,10 @@ impl Execs {
             return;
         }
         self.rolled_up.insert(id, exec_id);
-        if let Some(e) = self.execs.get_mut(&exec_id) {
-            if !e.descendants.contains(&id) {
-                e.descendants.push(id);
-            }
+        if let Some(e) = self.execs.get_mut(&exec_id)
+            && !e.descendants.contains(&id)
+        {
+            e.descendants.push(id);
         }
     }
 
@@ -326,8 +347,11 @@ impl Execs {
 
     /// Execs whose cgroup is gone, waiting for their final figures.
     pub fn removed(&self) -> Vec<(u64, u64)> {
-        let mut v: Vec<(u64, u64)> =
-            self.execs.values().filter_map(|e| e.removed_ns.map(|t| (e.id, t))).collect();
+        let mut v: Vec<(u64, u64)> = self
+            .execs
+            .values()
+            .filter_map(|e| e.removed_ns.map(|t| (e.id, t)))
+            .collect();
         v.sort_by_key(|&(_, t)| t);
         v
     }
@@ -359,7 +383,11 @@ impl Execs {
             Event::ProcExec(x) => {
                 if let Some(e) = self.execs.get_mut(&x.exec_id) {
                     let n = (x.args_len as usize).min(ARGS_LEN);
-                    e.procs.on_exec(x.tgid, cstr(&x.comm), args_summary(&x.args[..n], ARGS_SUMMARY_CHARS));
+                    e.procs.on_exec(
+                        x.tgid,
+                        cstr(&x.comm),
+                        args_summary(&x.args[..n], ARGS_SUMMARY_CHARS),
+                    );
                 }
             }
             Event::ProcFork(f) => {
@@ -373,10 +401,10 @@ impl Execs {
 
     /// Forget a rolled-up cgroup.
     pub fn forget_rolled_up(&mut self, id: u64) {
-        if let Some(exec) = self.rolled_up.remove(&id) {
-            if let Some(e) = self.execs.get_mut(&exec) {
-                e.descendants.retain(|&d| d != id);
-            }
+        if let Some(exec) = self.rolled_up.remove(&id)
+            && let Some(e) = self.execs.get_mut(&exec)
+        {
+            e.descendants.retain(|&d| d != id);
         }
     }
 
@@ -392,11 +420,21 @@ impl Execs {
     }
 }
 
+/// Live counters per process (tgid -> counters, threads).
+pub type ProcCounters = HashMap<u32, (TaskCounters, u32)>;
+
+/// Live figures of one exec: its running tasks' counters, per process, and how many tasks.
+pub struct Live<'a> {
+    pub counters: &'a TaskCounters,
+    pub procs: &'a ProcCounters,
+    pub tasks: u64,
+}
+
 /// Sum live snapshot records per exec and per process.
 #[derive(Default, Debug)]
 pub struct Snapshot {
     pub per_exec: HashMap<u64, TaskCounters>,
-    pub per_proc: HashMap<u64, HashMap<u32, (TaskCounters, u32)>>,
+    pub per_proc: HashMap<u64, ProcCounters>,
     pub tasks: HashMap<u64, u64>,
     pub without_delays: HashMap<u64, u64>,
 }
@@ -417,7 +455,7 @@ impl Snapshot {
         s
     }
 
-    fn per_exec_proc(&mut self, exec: u64) -> &mut HashMap<u32, (TaskCounters, u32)> {
+    fn per_exec_proc(&mut self, exec: u64) -> &mut ProcCounters {
         self.per_proc.entry(exec).or_default()
     }
 }
@@ -426,7 +464,7 @@ impl Snapshot {
 pub fn build_report(
     exec: &Exec,
     stats: &ExecStats,
-    live: Option<(&TaskCounters, &HashMap<u32, (TaskCounters, u32)>, u64)>,
+    live: Option<Live<'_>>,
     now_ns: u64,
     top: usize,
     mut notes: Vec<String>,
@@ -434,9 +472,9 @@ pub fn build_report(
     let mut counters = stats.ended;
     let empty = HashMap::new();
     let (live_procs, live_tasks) = match live {
-        Some((c, procs, tasks)) => {
-            counters.add(c);
-            (procs, tasks)
+        Some(l) => {
+            counters.add(l.counters);
+            (l.procs, l.tasks)
         }
         None => (&empty, 0),
     };
@@ -446,7 +484,8 @@ pub fn build_report(
     }
     if stats.tasks_without_delays > 0 {
         notes.push(format!(
-            "IO-wait and memory stall unknown for {} task(s) started while kernel.task_delayacct was off",
+            "IO-wait and memory stall unknown for {} task(s): delay accounting was off when they \
+             started, or the kernel's figure was inconsistent (longer than the task's life)",
             stats.tasks_without_delays
         ));
     }
@@ -482,7 +521,11 @@ pub fn top_processes(procs: &mut [Proc], n: usize) -> Vec<Proc> {
             }
         }
     }
-    let mut v: Vec<Proc> = procs.iter().filter(|p| chosen.contains(&p.tgid)).cloned().collect();
+    let mut v: Vec<Proc> = procs
+        .iter()
+        .filter(|p| chosen.contains(&p.tgid))
+        .cloned()
+        .collect();
     v.sort_by_key(|p| (std::cmp::Reverse(p.cpu()), p.tgid));
     v
 }
@@ -502,7 +545,10 @@ mod tests {
             exec_id: 7,
             start_time_ns: 0,
             comm: c,
-            counters: TaskCounters { oncpu_ns: cpu, ..Default::default() },
+            counters: TaskCounters {
+                oncpu_ns: cpu,
+                ..Default::default()
+            },
         }
     }
 
@@ -560,7 +606,10 @@ mod tests {
         }
         let p = t.processes(&HashMap::new());
         assert!(p.len() <= 60, "{}", p.len());
-        assert!(p.iter().any(|p| p.tgid == 10_000), "the biggest CPU user is kept");
+        assert!(
+            p.iter().any(|p| p.tgid == 10_000),
+            "the biggest CPU user is kept"
+        );
         let total: u64 = p.iter().map(|p| p.cpu()).sum::<u64>() + t.other.oncpu_ns;
         assert_eq!(total, (1..=10_000u64).sum::<u64>(), "nothing is lost");
         assert_eq!(t.known(), 10_000);
@@ -572,12 +621,22 @@ mod tests {
         let mut path = [0u8; CGROUP_PATH_LEN];
         path[..7].copy_from_slice(b"/base/a");
         let ev = |kind, id, exec| {
-            Event::Cgroup(CgroupEvent { kind, depth: 1, ts_ns: 1000, cgroup_id: id, exec_id: exec, path })
+            Event::Cgroup(CgroupEvent {
+                kind,
+                depth: 1,
+                ts_ns: 1000,
+                cgroup_id: id,
+                exec_id: exec,
+                path,
+            })
         };
         execs.apply(&ev(EV_EXEC_CREATED, 5, 5));
         assert_eq!(execs.get(5).unwrap().path, "a");
         execs.apply(&ev(EV_CGROUP_CREATED, 6, 5));
-        assert_eq!(execs.apply(&ev(EV_CGROUP_REMOVED, 6, 5)), Followup::ForgetCgroup(6));
+        assert_eq!(
+            execs.apply(&ev(EV_CGROUP_REMOVED, 6, 5)),
+            Followup::ForgetCgroup(6)
+        );
         execs.forget_rolled_up(6);
         execs.apply(&ev(EV_CGROUP_CREATED, 8, 5));
         execs.apply(&ev(EV_CGROUP_REMOVED, 5, 5));
@@ -594,7 +653,10 @@ mod tests {
         let rec = task(1, 1, 1, "a");
         // SAFETY: plain data viewed as bytes.
         let bytes = unsafe {
-            std::slice::from_raw_parts(&rec as *const TaskRecord as *const u8, size_of::<TaskRecord>())
+            std::slice::from_raw_parts(
+                &rec as *const TaskRecord as *const u8,
+                size_of::<TaskRecord>(),
+            )
         };
         assert!(matches!(Event::parse(bytes).unwrap(), Event::TaskEnd(_)));
         assert!(Event::parse(&bytes[..20]).is_err());

@@ -22,6 +22,8 @@ pub const TRACEPOINTS: &[(&str, &str)] = &[
     ("block_io_start", "6.5"),
     ("block_rq_issue", "2.6.32"),
     ("block_rq_complete", "2.6.32"),
+    ("sched_switch", "5.18"),
+    ("sched_wakeup", "2.6.32"),
 ];
 
 /// The resolved layout plus what was found missing (optional fields degrade figures).
@@ -49,16 +51,27 @@ impl KernelBtf {
                  CONFIG_DEBUG_INFO_BTF=y (or pass --btf FILE with the running kernel's BTF)"
             );
         }
-        let btf = Btf::from_file(path)
-            .map_err(|e| anyhow!("cannot parse kernel BTF at {path}: {e}; pass --btf FILE with a valid vmlinux BTF"))?;
-        Ok(Self { btf, path: path.to_owned() })
+        let btf = Btf::from_file(path).map_err(|e| {
+            anyhow!(
+                "cannot parse kernel BTF at {path}: {e}; pass --btf FILE with a valid vmlinux BTF"
+            )
+        })?;
+        Ok(Self {
+            btf,
+            path: path.to_owned(),
+        })
     }
 
     /// Tracepoints of [`TRACEPOINTS`] missing from this kernel, with the version they need.
     pub fn missing_tracepoints(&self) -> Vec<(&'static str, &'static str)> {
         TRACEPOINTS
             .iter()
-            .filter(|(tp, _)| self.btf.resolve_ids_by_name(&format!("btf_trace_{tp}")).map(|v| v.is_empty()).unwrap_or(true))
+            .filter(|(tp, _)| {
+                self.btf
+                    .resolve_ids_by_name(&format!("btf_trace_{tp}"))
+                    .map(|v| v.is_empty())
+                    .unwrap_or(true)
+            })
             .copied()
             .collect()
     }
@@ -112,29 +125,46 @@ impl KernelBtf {
         }
     }
 
-    /// Find member `name` in a struct or union, looking inside anonymous members. Returns the
-    /// byte offset, the member's type and whether it is a bitfield.
-    fn member(&self, s: &btf_rs::Struct, name: &str) -> Option<(u32, Type)> {
+    /// Find member `name` in a struct or union, looking inside anonymous members. Returns its
+    /// offset in bits, its bitfield width (0 for a plain member) and its type.
+    fn member_bits(&self, s: &btf_rs::Struct, name: &str) -> Option<(u32, u32, Type)> {
         for m in &s.members {
             let mname = self.btf.resolve_name(m).unwrap_or_default();
             let bits = m.bit_offset();
             if mname == name {
-                if m.bitfield_size().unwrap_or(0) != 0 || bits % 8 != 0 {
-                    return None; // bitfields cannot be read with a plain load
-                }
-                return Some((bits / 8, self.btf.resolve_chained_type(m).ok()?));
+                let width = m.bitfield_size().unwrap_or(0);
+                return Some((bits, width, self.btf.resolve_chained_type(m).ok()?));
             }
-            if mname.is_empty() {
-                if let Some(Type::Struct(inner) | Type::Union(inner)) =
-                    self.btf.resolve_chained_type(m).ok().and_then(|t| self.resolve(t))
-                {
-                    if let Some((off, t)) = self.member(&inner, name) {
-                        return Some((bits / 8 + off, t));
-                    }
-                }
+            if mname.is_empty()
+                && let Some(Type::Struct(inner) | Type::Union(inner)) = self
+                    .btf
+                    .resolve_chained_type(m)
+                    .ok()
+                    .and_then(|t| self.resolve(t))
+                && let Some((off, w, t)) = self.member_bits(&inner, name)
+            {
+                return Some((bits + off, w, t));
             }
         }
         None
+    }
+
+    /// A plain (byte-aligned, non-bitfield) member: its byte offset and type.
+    fn member(&self, s: &btf_rs::Struct, name: &str) -> Option<(u32, Type)> {
+        match self.member_bits(s, name)? {
+            (bits, 0, t) if bits % 8 == 0 => Some((bits / 8, t)),
+            _ => None,
+        }
+    }
+
+    /// A one-bit bitfield of a struct: the byte that holds it and the bit's mask in that byte
+    /// (little-endian bit numbering, as BTF gives it on x86 and arm64).
+    pub fn flag_bit(&self, root: &str, name: &str) -> Option<(u32, u32)> {
+        let s = self.struct_by_name(root)?;
+        match self.member_bits(&s, name)? {
+            (bits, 1, _) => Some((bits / 8, 1 << (bits % 8))),
+            _ => None,
+        }
     }
 
     /// Offset and size of `root.a.b.c` where each step is an embedded member (not a pointer).
@@ -186,18 +216,27 @@ impl KernelBtf {
         let mut o = KernelOffsets::ABSENT;
         {
             // (slot, struct, path, size, required)
-            let mut want = |slot: &mut u32, st: &str, path: &str, size: usize, required: bool| -> Result<()> {
+            let mut want = |slot: &mut u32,
+                            st: &str,
+                            path: &str,
+                            size: usize,
+                            required: bool|
+             -> Result<()> {
                 match self.field(st, path) {
                     Some((off, sz)) if sz == size => *slot = off,
                     Some((_, sz)) => {
                         if required {
-                            bail!("kernel struct field {st}.{path} has size {sz}, expected {size}: this kernel's layout is not supported");
+                            bail!(
+                                "kernel struct field {st}.{path} has size {sz}, expected {size}: this kernel's layout is not supported"
+                            );
                         }
                         missing.push(format!("{st}.{path}"));
                     }
                     None => {
                         if required {
-                            bail!("kernel struct field {st}.{path} not found in BTF: this kernel is not supported");
+                            bail!(
+                                "kernel struct field {st}.{path} not found in BTF: this kernel is not supported"
+                            );
                         }
                         missing.push(format!("{st}.{path}"));
                     }
@@ -208,28 +247,124 @@ impl KernelBtf {
             want(&mut o.task_tgid, "task_struct", "tgid", 4, true)?;
             want(&mut o.task_comm, "task_struct", "comm", 16, true)?;
             want(&mut o.task_start_time, "task_struct", "start_time", 8, true)?;
-            want(&mut o.task_real_parent, "task_struct", "real_parent", 8, false)?;
-            want(&mut o.task_sum_exec_runtime, "task_struct", "se.sum_exec_runtime", 8, true)?;
-            want(&mut o.task_run_delay, "task_struct", "sched_info.run_delay", 8, false)?;
-            want(&mut o.task_pcount, "task_struct", "sched_info.pcount", 8, false)?;
+            want(
+                &mut o.task_real_parent,
+                "task_struct",
+                "real_parent",
+                8,
+                false,
+            )?;
+            want(
+                &mut o.task_sum_exec_runtime,
+                "task_struct",
+                "se.sum_exec_runtime",
+                8,
+                true,
+            )?;
+            want(
+                &mut o.task_run_delay,
+                "task_struct",
+                "sched_info.run_delay",
+                8,
+                false,
+            )?;
+            want(
+                &mut o.task_pcount,
+                "task_struct",
+                "sched_info.pcount",
+                8,
+                false,
+            )?;
             want(&mut o.task_nvcsw, "task_struct", "nvcsw", 8, true)?;
             want(&mut o.task_nivcsw, "task_struct", "nivcsw", 8, true)?;
             want(&mut o.task_delays, "task_struct", "delays", 8, false)?;
-            want(&mut o.task_ioac_rchar, "task_struct", "ioac.rchar", 8, false)?;
-            want(&mut o.task_ioac_wchar, "task_struct", "ioac.wchar", 8, false)?;
-            want(&mut o.task_ioac_syscr, "task_struct", "ioac.syscr", 8, false)?;
-            want(&mut o.task_ioac_syscw, "task_struct", "ioac.syscw", 8, false)?;
-            want(&mut o.task_ioac_read_bytes, "task_struct", "ioac.read_bytes", 8, false)?;
-            want(&mut o.task_ioac_write_bytes, "task_struct", "ioac.write_bytes", 8, false)?;
-            want(&mut o.task_ioac_cancelled_write_bytes, "task_struct", "ioac.cancelled_write_bytes", 8, false)?;
+            want(
+                &mut o.task_ioac_rchar,
+                "task_struct",
+                "ioac.rchar",
+                8,
+                false,
+            )?;
+            want(
+                &mut o.task_ioac_wchar,
+                "task_struct",
+                "ioac.wchar",
+                8,
+                false,
+            )?;
+            want(
+                &mut o.task_ioac_syscr,
+                "task_struct",
+                "ioac.syscr",
+                8,
+                false,
+            )?;
+            want(
+                &mut o.task_ioac_syscw,
+                "task_struct",
+                "ioac.syscw",
+                8,
+                false,
+            )?;
+            want(
+                &mut o.task_ioac_read_bytes,
+                "task_struct",
+                "ioac.read_bytes",
+                8,
+                false,
+            )?;
+            want(
+                &mut o.task_ioac_write_bytes,
+                "task_struct",
+                "ioac.write_bytes",
+                8,
+                false,
+            )?;
+            want(
+                &mut o.task_ioac_cancelled_write_bytes,
+                "task_struct",
+                "ioac.cancelled_write_bytes",
+                8,
+                false,
+            )?;
             want(&mut o.task_cgroups, "task_struct", "cgroups", 8, true)?;
             want(&mut o.task_mm, "task_struct", "mm", 8, false)?;
             if o.task_delays != ABSENT {
-                want(&mut o.delays_blkio_delay, "task_delay_info", "blkio_delay", 8, false)?;
-                want(&mut o.delays_blkio_count, "task_delay_info", "blkio_count", 4, false)?;
-                want(&mut o.delays_swapin_delay, "task_delay_info", "swapin_delay", 8, false)?;
-                want(&mut o.delays_freepages_delay, "task_delay_info", "freepages_delay", 8, false)?;
-                want(&mut o.delays_thrashing_delay, "task_delay_info", "thrashing_delay", 8, false)?;
+                want(
+                    &mut o.delays_blkio_delay,
+                    "task_delay_info",
+                    "blkio_delay",
+                    8,
+                    false,
+                )?;
+                want(
+                    &mut o.delays_blkio_count,
+                    "task_delay_info",
+                    "blkio_count",
+                    4,
+                    false,
+                )?;
+                want(
+                    &mut o.delays_swapin_delay,
+                    "task_delay_info",
+                    "swapin_delay",
+                    8,
+                    false,
+                )?;
+                want(
+                    &mut o.delays_freepages_delay,
+                    "task_delay_info",
+                    "freepages_delay",
+                    8,
+                    false,
+                )?;
+                want(
+                    &mut o.delays_thrashing_delay,
+                    "task_delay_info",
+                    "thrashing_delay",
+                    8,
+                    false,
+                )?;
             }
             want(&mut o.mm_arg_start, "mm_struct", "arg_start", 8, false)?;
             want(&mut o.mm_arg_end, "mm_struct", "arg_end", 8, false)?;
@@ -238,7 +373,13 @@ impl KernelBtf {
             want(&mut o.cgroup_parent_css, "cgroup", "self.parent", 8, true)?;
             want(&mut o.css_cgroup, "cgroup_subsys_state", "cgroup", 8, true)?;
             want(&mut o.cgroup_root, "cgroup", "root", 8, true)?;
-            want(&mut o.cgroup_root_hierarchy_id, "cgroup_root", "hierarchy_id", 4, true)?;
+            want(
+                &mut o.cgroup_root_hierarchy_id,
+                "cgroup_root",
+                "hierarchy_id",
+                4,
+                true,
+            )?;
             want(&mut o.kernfs_node_id, "kernfs_node", "id", 8, true)?;
             want(&mut o.rq_cmd_flags, "request", "cmd_flags", 4, true)?;
             want(&mut o.rq_data_len, "request", "__data_len", 4, true)?;
@@ -247,6 +388,13 @@ impl KernelBtf {
             want(&mut o.blkg_blkcg, "blkcg_gq", "blkcg", 8, false)?;
             want(&mut o.blkcg_css_cgroup, "blkcg", "css.cgroup", 8, false)?;
         }
+        match self.flag_bit("task_struct", "in_iowait") {
+            Some((byte, mask)) => {
+                o.task_in_iowait_byte = byte;
+                o.task_in_iowait_mask = mask;
+            }
+            None => missing.push("task_struct.in_iowait".into()),
+        }
         let req_preflush_bit = self
             .enum_value("req_flag_bits", "__REQ_PREFLUSH")
             .map(|v| v as u32)
@@ -254,7 +402,11 @@ impl KernelBtf {
                 missing.push("enum req_flag_bits.__REQ_PREFLUSH".into());
                 u32::MAX
             });
-        Ok(KernelLayout { offsets: o, req_preflush_bit, missing })
+        Ok(KernelLayout {
+            offsets: o,
+            req_preflush_bit,
+            missing,
+        })
     }
 }
 
@@ -280,11 +432,16 @@ mod tests {
         // kernfs_node.id is a u64 and cgroup ids are inode numbers.
         assert_ne!(l.offsets.kernfs_node_id, ABSENT);
         assert!(btf.has_func("bpf_iter_task"));
+        assert_ne!(l.offsets.task_in_iowait_byte, ABSENT);
+        assert_eq!(l.offsets.task_in_iowait_mask.count_ones(), 1);
     }
 
     #[test]
     fn missing_btf_file_is_a_clear_error() {
-        let err = KernelBtf::open("/nonexistent/vmlinux").err().unwrap().to_string();
+        let err = KernelBtf::open("/nonexistent/vmlinux")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("CONFIG_DEBUG_INFO_BTF"), "{err}");
     }
 }

@@ -13,9 +13,9 @@ use profiler_common::*;
 
 use crate::{
     cgroup::{self, Hierarchy},
-    execs::{Event, Execs, Followup, Snapshot, args_summary, build_report},
+    execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
     kernel_layout::{KernelBtf, KernelLayout, aya_btf},
-    probes::{Limits, ProgramCost, Probes, kernel_release},
+    probes::{Limits, Probes, ProgramCost, kernel_release},
     report::ExecReport,
 };
 
@@ -42,12 +42,16 @@ pub struct Monitor {
     forget: Vec<(u64, Instant)>,
     layout: KernelLayout,
     drops_seen: [u64; DROP_COUNTERS as usize],
+    /// Degraded figures, repeated in every record.
     notes: Vec<String>,
+    /// How this host is measured, said once at start.
+    notices: Vec<String>,
 }
 
 /// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
 pub fn monotonic_ns() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
@@ -89,9 +93,13 @@ fn enable_delay_accounting() -> Option<String> {
                 );
                 None
             }
-            Err(e) => Some(format!("cannot enable kernel.task_delayacct ({e}): no IO-wait figures")),
+            Err(e) => Some(format!(
+                "cannot enable kernel.task_delayacct ({e}): no IO-wait figures"
+            )),
         },
-        Err(_) => Some("kernel has no delay accounting (CONFIG_TASK_DELAY_ACCT): no IO-wait figures".into()),
+        Err(_) => Some(
+            "kernel has no delay accounting (CONFIG_TASK_DELAY_ACCT): no IO-wait figures".into(),
+        ),
     }
 }
 
@@ -113,7 +121,16 @@ impl Monitor {
         let layout = kbtf.layout()?;
         drop(kbtf);
         let controllers = hierarchy.controllers();
-        let blkcg = controllers.iter().any(|c| c == "io") && controllers.iter().any(|c| c == "memory");
+        let blkcg =
+            controllers.iter().any(|c| c == "io") && controllers.iter().any(|c| c == "memory");
+        let attribution = if blkcg {
+            "block IO is charged to the cgroup of each bio's blkcg (cgroup writeback: buffered \
+             writes go to the exec that dirtied them)"
+        } else {
+            "block IO is charged to the submitting task's exec (no io+memory controllers in \
+             cgroup v2, so no cgroup writeback: buffered writes flushed later by writeback are \
+             not charged to any exec)"
+        };
         let base_id = cgroup::cgroup_id(&opts.cgroup)?;
         let config = Config {
             base_cgroup_id: base_id,
@@ -127,6 +144,7 @@ impl Monitor {
             .map(|f| format!("kernel {release} lacks {f}: figures that need it are zero"))
             .collect();
         notes.extend(enable_delay_accounting());
+        let notices = vec![attribution.to_owned()];
 
         probes.attach_cgroup_programs()?;
         let base_path = hierarchy.kernel_path(&opts.cgroup);
@@ -148,11 +166,13 @@ impl Monitor {
             layout,
             drops_seen: [0; DROP_COUNTERS as usize],
             notes,
+            notices,
         })
     }
 
-    pub fn notes(&self) -> &[String] {
-        &self.notes
+    /// What to say once at start: how figures are measured here and what is degraded.
+    pub fn notices(&self) -> Vec<String> {
+        self.notices.iter().chain(&self.notes).cloned().collect()
     }
 
     pub fn events_fd(&self) -> i32 {
@@ -181,7 +201,12 @@ impl Monitor {
     pub fn poll(&mut self) -> Vec<ExecReport> {
         self.drain();
         let now = Instant::now();
-        let expired: Vec<u64> = self.forget.iter().filter(|(_, t)| *t <= now).map(|(id, _)| *id).collect();
+        let expired: Vec<u64> = self
+            .forget
+            .iter()
+            .filter(|(_, t)| *t <= now)
+            .map(|(id, _)| *id)
+            .collect();
         self.forget.retain(|(_, t)| *t > now);
         for id in expired {
             let _ = self.probes.cgroups.remove(&id);
@@ -212,7 +237,13 @@ impl Monitor {
         out
     }
 
-    fn finish(&mut self, id: u64, stats: Option<ExecStats>, mut notes: Vec<String>, snap: Option<&Snapshot>) -> ExecReport {
+    fn finish(
+        &mut self,
+        id: u64,
+        stats: Option<ExecStats>,
+        mut notes: Vec<String>,
+        snap: Option<&Snapshot>,
+    ) -> ExecReport {
         let exec = self.execs.get(id).cloned().expect("finish of a known exec");
         let stats = stats.unwrap_or_else(|| {
             notes.push("no kernel figures: the exec table was full (raise --max-execs)".into());
@@ -220,20 +251,24 @@ impl Monitor {
         });
         notes.extend(self.notes.iter().cloned());
         let live = snap.and_then(|s| {
-            s.per_exec.get(&id).map(|c| {
-                (c, s.per_proc.get(&id).expect("per-proc of exec"), s.tasks.get(&id).copied().unwrap_or(0))
+            Some(Live {
+                counters: s.per_exec.get(&id)?,
+                procs: s.per_proc.get(&id)?,
+                tasks: s.tasks.get(&id).copied().unwrap_or(0),
             })
         });
         if let Some(n) = snap.and_then(|s| s.without_delays.get(&id)) {
-            notes.push(format!("IO-wait unknown for {n} running task(s) started while kernel.task_delayacct was off"));
+            notes.push(format!(
+                "IO-wait unknown for {n} running task(s) (no usable delay accounting)"
+            ));
         }
         let report = build_report(&exec, &stats, live, monotonic_ns(), self.opts.top, notes);
-        if exec.removed_ns.is_some() {
-            if let Some((_, ids)) = self.execs.take(id) {
-                let _ = self.probes.execs.remove(&id);
-                for c in ids {
-                    let _ = self.probes.cgroups.remove(&c);
-                }
+        if exec.removed_ns.is_some()
+            && let Some((_, ids)) = self.execs.take(id)
+        {
+            let _ = self.probes.execs.remove(&id);
+            for c in ids {
+                let _ = self.probes.cgroups.remove(&c);
             }
         }
         report
@@ -248,12 +283,19 @@ impl Monitor {
         ids.sort();
         let mut out = Vec::new();
         for id in ids {
-            if self.execs.get(id).map(|e| e.removed_ns.is_some()).unwrap_or(true) {
+            if self
+                .execs
+                .get(id)
+                .map(|e| e.removed_ns.is_some())
+                .unwrap_or(true)
+            {
                 continue;
             }
             let stats = self.probes.execs.get(&id, 0).ok();
             // The attached cgroup is an exec only of processes placed directly in it.
-            let idle = stats.map(|s| s.task_exits == 0 && s.disk.read_reqs + s.disk.write_reqs == 0).unwrap_or(true)
+            let idle = stats
+                .map(|s| s.task_exits == 0 && s.disk.read_reqs + s.disk.write_reqs == 0)
+                .unwrap_or(true)
                 && !snap.tasks.contains_key(&id);
             if idle && self.execs.get(id).is_some_and(|e| e.path == ".") {
                 continue;
@@ -276,7 +318,12 @@ impl Monitor {
         // Whatever is still waiting is reported as it stands.
         for (id, _) in self.execs.removed() {
             let stats = self.probes.execs.get(&id, 0).ok();
-            out.push(self.finish(id, stats, vec!["reported at shutdown before its last tasks were freed".into()], None));
+            out.push(self.finish(
+                id,
+                stats,
+                vec!["reported at shutdown before its last tasks were freed".into()],
+                None,
+            ));
         }
         out.extend(self.live()?);
         Ok(out)
@@ -296,6 +343,7 @@ impl Monitor {
             "baseline table full: running tasks counted from their start",
             "in-flight IO table full: block requests not counted",
             "events for execs without a table entry",
+            "IO-wait table full: IO waits of some tasks not counted",
         ];
         for (i, name) in names.iter().enumerate() {
             if d[i] > self.drops_seen[i] {
@@ -318,7 +366,12 @@ impl Monitor {
 /// Register the cgroups already in the subtree: execs down to exec depth, deeper ones rolled
 /// up. Each cgroup is registered before its children are listed, so that children created
 /// meanwhile are caught by the cgroup_mkdir program instead.
-fn register_existing(probes: &mut Probes, execs: &mut Execs, h: &Hierarchy, opts: &Options) -> Result<()> {
+fn register_existing(
+    probes: &mut Probes,
+    execs: &mut Execs,
+    h: &Hierarchy,
+    opts: &Options,
+) -> Result<()> {
     let mut ids: HashMap<PathBuf, u64> = HashMap::new();
     let now = monotonic_ns();
     let base = opts.cgroup.clone();
@@ -329,8 +382,13 @@ fn register_existing(probes: &mut Probes, execs: &mut Execs, h: &Hierarchy, opts
         } else {
             // The ancestor at exec depth.
             let rel = f.path.strip_prefix(&base).unwrap_or(Path::new(""));
-            let anc: PathBuf = base.join(rel.components().take(opts.exec_depth as usize).collect::<PathBuf>());
-            *ids.get(&anc).context("ancestor of a cgroup vanished during the walk")?
+            let anc: PathBuf = base.join(
+                rel.components()
+                    .take(opts.exec_depth as usize)
+                    .collect::<PathBuf>(),
+            );
+            *ids.get(&anc)
+                .context("ancestor of a cgroup vanished during the walk")?
         };
         if exec_id == f.id {
             let zero = ExecStats::default();
@@ -339,17 +397,35 @@ fn register_existing(probes: &mut Probes, execs: &mut Execs, h: &Hierarchy, opts
         } else {
             execs.add_rolled_up(f.id, exec_id);
         }
-        insert_noexist(&mut probes.cgroups, f.id, CgroupEntry { exec_id, depth: f.depth, _pad: 0 })?;
+        insert_noexist(
+            &mut probes.cgroups,
+            f.id,
+            CgroupEntry {
+                exec_id,
+                depth: f.depth,
+                _pad: 0,
+            },
+        )?;
         Ok(())
     })
 }
 
-fn insert_noexist<V: aya::Pod>(map: &mut aya::maps::HashMap<aya::maps::MapData, u64, V>, k: u64, v: V) -> Result<()> {
+fn insert_noexist<V: aya::Pod>(
+    map: &mut aya::maps::HashMap<aya::maps::MapData, u64, V>,
+    k: u64,
+    v: V,
+) -> Result<()> {
     const BPF_NOEXIST: u64 = 1;
     match map.insert(k, v, BPF_NOEXIST) {
         Ok(()) => Ok(()),
-        Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-        Err(e) => Err(e).context("cannot register a cgroup (table full? raise --max-execs/--max-cgroups)"),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
+        {
+            Ok(())
+        }
+        Err(e) => {
+            Err(e).context("cannot register a cgroup (table full? raise --max-execs/--max-cgroups)")
+        }
     }
 }
 
@@ -359,9 +435,16 @@ fn take_baselines(probes: &mut Probes, execs: &mut Execs) -> Result<Vec<(u64, u3
     let recs = probes.snapshot()?;
     let mut procs = Vec::new();
     for r in &recs {
-        let b = TaskBaseline { start_time_ns: r.start_time_ns, exec_id: r.exec_id, counters: r.counters };
+        let b = TaskBaseline {
+            start_time_ns: r.start_time_ns,
+            exec_id: r.exec_id,
+            counters: r.counters,
+        };
         if let Err(e) = probes.baselines.insert(r.pid, b, 0) {
-            eprintln!("profiler: warning: cannot record the baseline of task {}: {e}", r.pid);
+            eprintln!(
+                "profiler: warning: cannot record the baseline of task {}: {e}",
+                r.pid
+            );
         }
         if let Some(e) = execs.get_mut(r.exec_id) {
             e.partial = true;
@@ -375,7 +458,10 @@ fn take_baselines(probes: &mut Probes, execs: &mut Execs) -> Result<Vec<(u64, u3
 
 /// comm and argv summary of a running process, from /proc.
 fn proc_cmdline(tgid: u32) -> (String, String) {
-    let comm = fs::read_to_string(format!("/proc/{tgid}/comm")).unwrap_or_default().trim().to_owned();
+    let comm = fs::read_to_string(format!("/proc/{tgid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
     let raw = fs::read(format!("/proc/{tgid}/cmdline")).unwrap_or_default();
     (comm, args_summary(&raw, 96))
 }

@@ -28,6 +28,8 @@ const TASK_PROGRAMS: &[&str] = &[
     "block_io_start",
     "block_rq_issue",
     "block_rq_complete",
+    "sched_switch",
+    "sched_wakeup",
 ];
 
 /// Map sizes.
@@ -58,10 +60,18 @@ pub struct ProgramCost {
 }
 
 impl Probes {
-    pub fn load(layout: &KernelLayout, config: Config, limits: Limits, btf: aya::Btf) -> Result<Self> {
+    pub fn load(
+        layout: &KernelLayout,
+        config: Config,
+        limits: Limits,
+        btf: aya::Btf,
+    ) -> Result<Self> {
         // Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones to the memory
         // cgroup. Raising the limit may be refused (no CAP_SYS_RESOURCE): harmless on 5.11+.
-        let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        let rlim = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
         // SAFETY: plain syscall with a valid struct.
         let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
 
@@ -76,20 +86,30 @@ impl Probes {
             .load(OBJECT)
             .map_err(|e| anyhow!("cannot load the profiler's eBPF maps and programs: {e}"))?;
         let take = |ebpf: &mut Ebpf, name: &str| {
-            ebpf.take_map(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+            ebpf.take_map(name)
+                .ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
         };
         let cgroups = HashMap::try_from(take(&mut ebpf, "CGROUPS")?)?;
         let execs = HashMap::try_from(take(&mut ebpf, "EXECS")?)?;
         let baselines = HashMap::try_from(take(&mut ebpf, "BASELINES")?)?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
         let drops = PerCpuArray::try_from(take(&mut ebpf, "DROPS")?)?;
-        let mut probes = Self { ebpf, btf, cgroups, execs, baselines, events, drops };
+        let mut probes = Self {
+            ebpf,
+            btf,
+            cgroups,
+            execs,
+            baselines,
+            events,
+            drops,
+        };
         for name in CGROUP_PROGRAMS.iter().chain(TASK_PROGRAMS) {
             probes.load_tracepoint(name)?;
         }
         let btf = probes.btf.clone();
         let iter: &mut Iter = probes.program("task_snapshot")?;
-        iter.load("task", &btf).map_err(|e| load_error("task_snapshot", e))?;
+        iter.load("task", &btf)
+            .map_err(|e| load_error("task_snapshot", e))?;
         Ok(probes)
     }
 
@@ -113,7 +133,8 @@ impl Probes {
     fn attach_all(&mut self, names: &[&str]) -> Result<()> {
         for name in names {
             let tp: &mut BtfTracePoint = self.program(name)?;
-            tp.attach().map_err(|e| anyhow!("cannot attach to tracepoint {name}: {e}"))?;
+            tp.attach()
+                .map_err(|e| anyhow!("cannot attach to tracepoint {name}: {e}"))?;
         }
         Ok(())
     }
@@ -135,10 +156,14 @@ impl Probes {
         let link = iter.take_link(link_id)?;
         let mut file = link.into_file().context("cannot open the task iterator")?;
         let mut buf = Vec::with_capacity(64 * 1024);
-        file.read_to_end(&mut buf).context("cannot read the task iterator")?;
+        file.read_to_end(&mut buf)
+            .context("cannot read the task iterator")?;
         let size = size_of::<TaskRecord>();
         if buf.len() % size != 0 {
-            bail!("task iterator returned {} bytes, not a multiple of {size}", buf.len());
+            bail!(
+                "task iterator returned {} bytes, not a multiple of {size}",
+                buf.len()
+            );
         }
         Ok(buf
             .chunks_exact(size)
@@ -187,11 +212,21 @@ fn load_error(name: &str, e: ProgramError) -> anyhow::Error {
         ProgramError::LoadError { verifier_log, .. } => {
             let log = verifier_log.to_string();
             let tail: Vec<&str> = log.lines().rev().take(6).collect();
-            format!("{}\n  verifier: {}", text, tail.into_iter().rev().collect::<Vec<_>>().join("\n  verifier: "))
+            format!(
+                "{}\n  verifier: {}",
+                text,
+                tail.into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n  verifier: ")
+            )
         }
         _ => text,
     };
-    anyhow!("cannot load program {name} on kernel {}: {msg}", kernel_release())
+    anyhow!(
+        "cannot load program {name} on kernel {}: {msg}",
+        kernel_release()
+    )
 }
 
 /// The running kernel's release string.

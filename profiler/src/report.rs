@@ -72,7 +72,11 @@ pub struct Histogram {
 impl Histogram {
     fn new(counts: &[u64; LAT_BUCKETS], sum_ns: u64) -> Self {
         // Trim empty buckets at the top to keep the output short.
-        let last = counts.iter().rposition(|&c| c > 0).map(|i| i + 1).unwrap_or(0);
+        let last = counts
+            .iter()
+            .rposition(|&c| c > 0)
+            .map(|i| i + 1)
+            .unwrap_or(0);
         Self {
             bounds_ns: (0..last).map(lat_bucket_floor_ns).collect(),
             counts: counts[..last].to_vec(),
@@ -229,7 +233,11 @@ impl ExecReport {
         Self {
             exec: exec.path.clone(),
             cgroup_id: exec.id,
-            state: if exec.removed_ns.is_some() { "ended" } else { "running" },
+            state: if exec.removed_ns.is_some() {
+                "ended"
+            } else {
+                "running"
+            },
             partial: exec.partial,
             wall_ns,
             live_tasks,
@@ -276,7 +284,12 @@ impl ExecReport {
             bytes(self.disk.write_bytes),
             self.disk.write_requests,
         );
-        if let Some(p99) = self.disk.write_latency.quantile_upper_ns(0.99).or(self.disk.read_latency.quantile_upper_ns(0.99)) {
+        if let Some(p99) = self
+            .disk
+            .write_latency
+            .quantile_upper_ns(0.99)
+            .or(self.disk.read_latency.quantile_upper_ns(0.99))
+        {
             let _ = write!(s, " p99<{}", dur(p99));
         }
         let _ = write!(
@@ -304,7 +317,11 @@ impl ExecReport {
         let c = &self.cpu;
         let d = &self.disk;
         let io = &self.io;
-        let _ = writeln!(s, "profiler: `{command}` {status} after {}", dur(self.wall_ns));
+        let _ = writeln!(
+            s,
+            "profiler: `{command}` {status} after {}",
+            dur(self.wall_ns)
+        );
         let _ = writeln!(
             s,
             "  cpu        on-cpu {}  run-queue {} ({} waits)  io-wait {} ({} waits)  memory stall {}",
@@ -380,7 +397,12 @@ impl ExecReport {
         }
         let o = &self.other_processes;
         if o.processes > 0 {
-            let _ = writeln!(s, "  ... and {} more processes using {} CPU", o.processes, dur(o.on_cpu_ns));
+            let _ = writeln!(
+                s,
+                "  ... and {} more processes using {} CPU",
+                o.processes,
+                dur(o.on_cpu_ns)
+            );
         }
         for n in &self.notes {
             let _ = writeln!(s, "  note: {n}");
@@ -418,7 +440,11 @@ pub fn live_table(rows: &[ExecReport]) -> String {
 
 fn name(p: &ProcReport) -> String {
     if p.args.is_empty() {
-        if p.comm.is_empty() { format!("[{}]", p.pid) } else { p.comm.clone() }
+        if p.comm.is_empty() {
+            format!("[{}]", p.pid)
+        } else {
+            p.comm.clone()
+        }
     } else {
         p.args.clone()
     }
@@ -482,6 +508,9 @@ mod tests {
         assert_eq!(h.counts.len(), 11);
         assert_eq!(h.quantile_upper_ns(0.5), Some(lat_bucket_floor_ns(4)));
         assert_eq!(h.quantile_upper_ns(0.99), Some(lat_bucket_floor_ns(11)));
-        assert_eq!(Histogram::new(&[0; LAT_BUCKETS], 0).quantile_upper_ns(0.5), None);
+        assert_eq!(
+            Histogram::new(&[0; LAT_BUCKETS], 0).quantile_upper_ns(0.5),
+            None
+        );
     }
 }

@@ -56,7 +56,8 @@ pub fn spawn_in_cgroup(cgroup_dir: &Path, argv: &[String]) -> Result<Child> {
     if argv.is_empty() {
         bail!("no command given: use `profiler run -- COMMAND [ARGS...]`");
     }
-    let dir = File::open(cgroup_dir).with_context(|| format!("cannot open cgroup {}", cgroup_dir.display()))?;
+    let dir = File::open(cgroup_dir)
+        .with_context(|| format!("cannot open cgroup {}", cgroup_dir.display()))?;
     let cargs: Vec<CString> = argv
         .iter()
         .map(|a| CString::new(a.as_bytes()).context("command arguments cannot contain NUL bytes"))
@@ -83,10 +84,19 @@ pub fn spawn_in_cgroup(cgroup_dir: &Path, argv: &[String]) -> Result<Child> {
     };
     // SAFETY: clone3 without a new stack behaves like fork. The child only makes
     // async-signal-safe calls (execvp of prepared strings, write, _exit).
-    let pid = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, size_of::<CloneArgs>()) };
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            size_of::<CloneArgs>(),
+        )
+    };
     if pid < 0 {
         let e = std::io::Error::last_os_error();
-        bail!("cannot start the command in cgroup {}: clone3: {e} (needs Linux 5.7 or later)", cgroup_dir.display());
+        bail!(
+            "cannot start the command in cgroup {}: clone3: {e} (needs Linux 5.7 or later)",
+            cgroup_dir.display()
+        );
     }
     if pid == 0 {
         // SAFETY: child side; see above.
@@ -110,9 +120,16 @@ pub fn spawn_in_cgroup(cgroup_dir: &Path, argv: &[String]) -> Result<Child> {
         unsafe { libc::waitpid(pid as i32, &mut status, 0) };
         let err = std::io::Error::from_raw_os_error(errno);
         let code = if errno == libc::ENOENT { 127 } else { 126 };
-        return Err(SpawnError { code, message: format!("cannot run {}: {err}", argv[0]) }.into());
+        return Err(SpawnError {
+            code,
+            message: format!("cannot run {}: {err}", argv[0]),
+        }
+        .into());
     }
-    Ok(Child { pid: pid as i32, pidfd })
+    Ok(Child {
+        pid: pid as i32,
+        pidfd,
+    })
 }
 
 /// Reap the child; its exit code, or 128 + signal number as a shell reports it.

@@ -23,7 +23,11 @@ pub fn profiler_bin() -> PathBuf {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let p = root.join("target/debug/profiler");
-    assert!(p.exists(), "{} missing: build it first (cargo build -p profiler) or set PROFILER_BIN", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: build it first (cargo build -p profiler) or set PROFILER_BIN",
+        p.display()
+    );
     p
 }
 
@@ -31,17 +35,20 @@ pub fn profiler_bin() -> PathBuf {
 pub fn require_root() {
     // SAFETY: trivial libc call.
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "these tests load eBPF programs and create cgroups: run them as root (cargo xtask test does)");
+    assert_eq!(
+        euid, 0,
+        "these tests load eBPF programs and create cgroups: run them as root (cargo xtask test does)"
+    );
 }
 
 /// The cgroup v2 mount point, from /proc/self/mountinfo.
 pub fn v2_mount() -> PathBuf {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
     for line in info.lines() {
-        if let Some((pre, post)) = line.split_once(" - ") {
-            if post.starts_with("cgroup2 ") {
-                return PathBuf::from(pre.split_whitespace().nth(4).unwrap());
-            }
+        if let Some((pre, post)) = line.split_once(" - ")
+            && post.starts_with("cgroup2 ")
+        {
+            return PathBuf::from(pre.split_whitespace().nth(4).unwrap());
         }
     }
     panic!("no cgroup v2 mount");
@@ -91,7 +98,10 @@ pub fn remove_tree(dir: &Path) {
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
     for d in &dirs {
         let _ = fs::write(d.join("cgroup.kill"), "1");
-        for pid in fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default().lines() {
+        for pid in fs::read_to_string(d.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+        {
             if let Ok(pid) = pid.trim().parse::<i32>() {
                 // SAFETY: killing processes our own test placed in its own cgroup.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -126,9 +136,14 @@ pub fn cgroup_id(dir: &Path) -> u64 {
 
 /// Start `argv` inside the cgroup `dir` (the child moves itself in before it execs).
 pub fn spawn_in(dir: &Path, argv: &[&str]) -> Child {
-    let procs = fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).unwrap();
+    let procs = fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))
+        .unwrap();
     let mut cmd = Command::new(argv[0]);
-    cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::null());
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
     // SAFETY: only a write(2) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -136,7 +151,8 @@ pub fn spawn_in(dir: &Path, argv: &[&str]) -> Child {
             f.write_all(b"0")
         });
     }
-    cmd.spawn().unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
 }
 
 /// Run `argv` inside `dir` to completion; panics unless it succeeds.
@@ -165,7 +181,10 @@ pub fn schedstat(pid: u32) -> (u64, u64) {
 
 /// A scratch directory on a real block device (not tmpfs), for IO tests.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target/io-scratch");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("target/io-scratch");
     let d = root.join(format!("{name}-{}", std::process::id()));
     fs::create_dir_all(&d).unwrap();
     d
@@ -185,7 +204,15 @@ impl Attached {
     pub fn start(cg: &TestCgroup, extra: &[&str]) -> Self {
         require_root();
         let mut child = Command::new(profiler_bin())
-            .args(["attach", "--output", "json", "--top", "0", "--cgroup", &cg.arg()])
+            .args([
+                "attach",
+                "--output",
+                "json",
+                "--top",
+                "0",
+                "--cgroup",
+                &cg.arg(),
+            ])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -199,7 +226,8 @@ impl Attached {
         let r = records.clone();
         let t1 = thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"));
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"));
                 r.lock().unwrap().push(v);
             }
         });
@@ -218,7 +246,12 @@ impl Attached {
             let _ = child.wait();
             panic!("profiler did not attach: {:?}", stderr.lock().unwrap());
         }
-        Self { child, records, stderr, readers: vec![t1, t2] }
+        Self {
+            child,
+            records,
+            stderr,
+            readers: vec![t1, t2],
+        }
     }
 
     /// Records received so far.
@@ -237,7 +270,10 @@ impl Attached {
             {
                 return r;
             }
-            assert!(Instant::now() < deadline, "no final record for cgroup {id} within {timeout:?}");
+            assert!(
+                Instant::now() < deadline,
+                "no final record for cgroup {id} within {timeout:?}"
+            );
             thread::sleep(Duration::from_millis(20));
         }
     }
@@ -246,7 +282,11 @@ impl Attached {
     pub fn wait_ended_count(&self, n: usize, timeout: Duration) -> Vec<Value> {
         let deadline = Instant::now() + timeout;
         loop {
-            let ended: Vec<Value> = self.records().into_iter().filter(|r| r["state"] == "ended").collect();
+            let ended: Vec<Value> = self
+                .records()
+                .into_iter()
+                .filter(|r| r["state"] == "ended")
+                .collect();
             if ended.len() >= n || Instant::now() > deadline {
                 return ended;
             }
@@ -285,6 +325,9 @@ pub fn rel_err(measured: f64, truth: f64) -> f64 {
 /// Print a measured error line (collected into the test log for the notes).
 pub fn report(name: &str, measured: f64, truth: f64) -> f64 {
     let e = rel_err(measured, truth);
-    eprintln!("MEASURED {name}: profiler {measured:.0} truth {truth:.0} error {:.4}%", e * 100.0);
+    eprintln!(
+        "MEASURED {name}: profiler {measured:.0} truth {truth:.0} error {:.4}%",
+        e * 100.0
+    );
     e
 }

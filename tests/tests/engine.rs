@@ -41,31 +41,78 @@ fn direct_io_bytes_match_the_sizes_written_and_read() {
     let n = 64 * MIB;
     let w = cg.child("write");
     let of = format!("of={}", file.display());
-    run_in(&w, &["dd", "if=/dev/zero", &of, "bs=1M", "count=64", "oflag=direct", "status=none"]);
+    run_in(
+        &w,
+        &[
+            "dd",
+            "if=/dev/zero",
+            &of,
+            "bs=1M",
+            "count=64",
+            "oflag=direct",
+            "status=none",
+        ],
+    );
     let wid = cgroup_id(&w);
     rmdir(&w);
     let rec = p.wait_ended(wid, Duration::from_secs(30));
     let written = u(&rec["disk"]["write_bytes"]);
     let e = report("direct write bytes", written as f64, n as f64);
-    assert!(written >= n && e <= 0.01, "wrote {written}, expected {n} (+1%)");
+    assert!(
+        written >= n && e <= 0.01,
+        "wrote {written}, expected {n} (+1%)"
+    );
     assert!(u(&rec["disk"]["write_requests"]) > 0);
-    assert!(u(&rec["disk"]["write_latency"]["sum_ns"]) > 0, "write latency histogram is empty");
+    assert!(
+        u(&rec["disk"]["write_latency"]["sum_ns"]) > 0,
+        "write latency histogram is empty"
+    );
+    // dd waits for each synchronous direct write, one request at a time: the IO-wait is the
+    // requests' latency from issue to completion, less each one's short tail between issue and
+    // the task's switch-out (allow 20%), and at most the time the exec was off its CPU.
+    let iowait = u(&rec["cpu"]["iowait_ns"]);
+    let lat_sum = u(&rec["disk"]["write_latency"]["sum_ns"]);
+    let off_cpu = u(&rec["wall_ns"]) - u(&rec["cpu"]["on_cpu_ns"]);
+    eprintln!(
+        "MEASURED direct-write IO-wait {iowait} ns: request latency sum {lat_sum} ns, off-CPU {off_cpu} ns"
+    );
+    assert!(
+        iowait as f64 >= 0.8 * lat_sum as f64 && iowait <= off_cpu,
+        "IO-wait {iowait}: {rec}"
+    );
 
     fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     // Page dd and its libraries back in from outside the exec: the exec's disk reads are then
     // its O_DIRECT reads of the file (plus filesystem metadata).
-    let st = Command::new("dd").args(["if=/dev/zero", "of=/dev/null", "count=1", "status=none"]).status().unwrap();
+    let st = Command::new("dd")
+        .args(["if=/dev/zero", "of=/dev/null", "count=1", "status=none"])
+        .status()
+        .unwrap();
     assert!(st.success());
     let r = cg.child("read");
     let inf = format!("if={}", file.display());
-    run_in(&r, &["dd", &inf, "of=/dev/null", "bs=1M", "iflag=direct", "status=none"]);
+    run_in(
+        &r,
+        &[
+            "dd",
+            &inf,
+            "of=/dev/null",
+            "bs=1M",
+            "iflag=direct",
+            "status=none",
+        ],
+    );
     let rid = cgroup_id(&r);
     rmdir(&r);
     let rec = p.wait_ended(rid, Duration::from_secs(30));
     let read = u(&rec["disk"]["read_bytes"]);
     let e = report("direct read bytes", read as f64, n as f64);
     assert!(read >= n && e <= 0.01, "read {read}, expected {n} (+1%)");
-    assert_eq!(u(&rec["disk"]["write_bytes"]), 0, "a read-only exec wrote nothing");
+    assert_eq!(
+        u(&rec["disk"]["write_bytes"]),
+        0,
+        "a read-only exec wrote nothing"
+    );
 
     let (code, _, _) = p.stop();
     assert_eq!(code, 0);
@@ -80,16 +127,37 @@ fn buffered_write_with_fsync_is_charged_to_the_exec() {
     let p = Attached::start(&cg, &[]);
     let e = cg.child("job");
     let of = format!("of={}", scratch.join("data").display());
-    run_in(&e, &["dd", "if=/dev/zero", &of, "bs=1M", "count=32", "conv=fsync", "status=none"]);
+    run_in(
+        &e,
+        &[
+            "dd",
+            "if=/dev/zero",
+            &of,
+            "bs=1M",
+            "count=32",
+            "conv=fsync",
+            "status=none",
+        ],
+    );
     let id = cgroup_id(&e);
     rmdir(&e);
     let rec = p.wait_ended(id, Duration::from_secs(30));
     let n = 32 * MIB;
     let written = u(&rec["disk"]["write_bytes"]);
     let err = report("fsync'd buffered write bytes", written as f64, n as f64);
-    assert!(written >= n && err <= 0.01, "wrote {written}, expected {n} (+1%)");
-    assert_eq!(u(&rec["io"]["dirtied_bytes"]), n, "the exec dirtied exactly what it wrote");
-    assert!(u(&rec["disk"]["flush_requests"]) >= 1, "fsync sends a cache flush");
+    assert!(
+        written >= n && err <= 0.01,
+        "wrote {written}, expected {n} (+1%)"
+    );
+    assert_eq!(
+        u(&rec["io"]["dirtied_bytes"]),
+        n,
+        "the exec dirtied exactly what it wrote"
+    );
+    assert!(
+        u(&rec["disk"]["flush_requests"]) >= 1,
+        "fsync sends a cache flush"
+    );
     p.stop();
     let _ = fs::remove_dir_all(&scratch);
 }
@@ -108,7 +176,10 @@ fn cpu_time_matches_cpu_stat() {
     let oncpu = u(&rec["cpu"]["on_cpu_ns"]);
     let err = report("on-CPU ns vs cpu.stat", oncpu as f64, truth as f64);
     assert!(err <= 0.02, "on-CPU {oncpu} ns vs cpu.stat {truth} ns");
-    assert!(truth > 900_000_000, "the workload ran about a second ({truth} ns)");
+    assert!(
+        truth > 900_000_000,
+        "the workload ran about a second ({truth} ns)"
+    );
     p.stop();
 }
 
@@ -140,7 +211,10 @@ fn run_queue_delay_matches_schedstat() {
         let rec = p.wait_ended(id, Duration::from_secs(30));
         let got = u(&rec["cpu"]["runq_delay_ns"]);
         let err = report("run-queue delay vs schedstat", got as f64, delay as f64);
-        assert!(delay > 1_000_000_000, "three hogs on one CPU wait long ({delay} ns)");
+        assert!(
+            delay > 1_000_000_000,
+            "three hogs on one CPU wait long ({delay} ns)"
+        );
         assert!(err <= 0.05, "run-queue delay {got} vs schedstat {delay}");
     }
     p.stop();
@@ -163,34 +237,61 @@ fn churn_of_short_execs_loses_nothing() {
         assert!(c.wait().unwrap().success());
         let usage_ns = cpu_usage_usec(&e) * 1000;
         rmdir(&e);
-        assert!(expected.insert(id, (name, pid, usage_ns)).is_none(), "cgroup id reused while live");
+        assert!(
+            expected.insert(id, (name, pid, usage_ns)).is_none(),
+            "cgroup id reused while live"
+        );
     }
     let ended = p.wait_ended_count(n, Duration::from_secs(60));
     let (code, all, stderr) = p.stop();
     assert_eq!(code, 0);
-    assert!(!stderr.iter().any(|l| l.contains("warning")), "drops or errors: {stderr:?}");
+    assert!(
+        !stderr.iter().any(|l| l.contains("warning")),
+        "drops or errors: {stderr:?}"
+    );
     let mut seen = HashSet::new();
     let mut worst: f64 = 0.0;
     for r in &ended {
         let id = u(&r["cgroup_id"]);
-        let (name, pid, usage_ns) = expected.get(&id).unwrap_or_else(|| panic!("unexpected exec {r}"));
+        let (name, pid, usage_ns) = expected
+            .get(&id)
+            .unwrap_or_else(|| panic!("unexpected exec {r}"));
         assert!(seen.insert(id), "exec {name} reported twice");
         assert_eq!(r["exec"], name.as_str());
         let oncpu = u(&r["cpu"]["on_cpu_ns"]);
         assert!(oncpu > 0, "exec {name} has no CPU time");
-        assert_eq!(u(&r["tasks"]["task_exits"]), 1, "exec {name}: one task ended: {r}");
+        assert_eq!(
+            u(&r["tasks"]["task_exits"]),
+            1,
+            "exec {name}: one task ended: {r}"
+        );
         let procs = r["processes"].as_array().unwrap();
         assert_eq!(procs.len(), 1, "exec {name}: one process: {r}");
-        assert_eq!(u(&procs[0]["pid"]), *pid as u64, "exec {name} holds its own process");
+        assert_eq!(
+            u(&procs[0]["pid"]),
+            *pid as u64,
+            "exec {name} holds its own process"
+        );
         assert_eq!(procs[0]["comm"], "busy");
         // Its CPU time is its own cgroup's, not a neighbour's.
         let diff = (oncpu as f64 - *usage_ns as f64).abs();
         worst = worst.max(diff / *usage_ns as f64);
-        assert!(diff <= 0.05 * *usage_ns as f64 + 50_000.0, "exec {name}: {oncpu} ns vs cpu.stat {usage_ns} ns");
+        assert!(
+            diff <= 0.05 * *usage_ns as f64 + 50_000.0,
+            "exec {name}: {oncpu} ns vs cpu.stat {usage_ns} ns"
+        );
     }
-    eprintln!("MEASURED churn: {} of {n} execs reported, worst CPU error vs cpu.stat {:.3}%", seen.len(), worst * 100.0);
+    eprintln!(
+        "MEASURED churn: {} of {n} execs reported, worst CPU error vs cpu.stat {:.3}%",
+        seen.len(),
+        worst * 100.0
+    );
     assert_eq!(seen.len(), n, "every exec is reported");
-    assert_eq!(all.iter().filter(|r| r["state"] == "ended").count(), n, "nothing reported twice");
+    assert_eq!(
+        all.iter().filter(|r| r["state"] == "ended").count(),
+        n,
+        "nothing reported twice"
+    );
 }
 
 /// Test 6: an exec running 50 short commands lists each of them.
@@ -199,7 +300,14 @@ fn per_process_breakdown_lists_short_commands() {
     let cg = TestCgroup::new("procs");
     let p = Attached::start(&cg, &[]);
     let e = cg.child("job");
-    run_in(&e, &["sh", "-c", "for i in $(seq 1 50); do /bin/echo cmd-$i >/dev/null; done"]);
+    run_in(
+        &e,
+        &[
+            "sh",
+            "-c",
+            "for i in $(seq 1 50); do /bin/echo cmd-$i >/dev/null; done",
+        ],
+    );
     let id = cgroup_id(&e);
     rmdir(&e);
     let rec = p.wait_ended(id, Duration::from_secs(30));
@@ -211,7 +319,11 @@ fn per_process_breakdown_lists_short_commands() {
     }
     assert!(u(&rec["tasks"]["execve"]) >= 51);
     assert!(u(&rec["tasks"]["processes_started"]) >= 51);
-    assert!(procs.iter().all(|p| u(&p["on_cpu_ns"]) > 0 && p["ended"] == true));
+    assert!(
+        procs
+            .iter()
+            .all(|p| u(&p["on_cpu_ns"]) > 0 && p["ended"] == true)
+    );
     p.stop();
 }
 
@@ -219,30 +331,57 @@ fn per_process_breakdown_lists_short_commands() {
 #[test]
 fn run_reports_and_keeps_the_exit_code() {
     require_root();
-    let out = Command::new(profiler_bin()).args(["run", "--", "sh", "-c", "exit 3"]).output().unwrap();
+    let out = Command::new(profiler_bin())
+        .args(["run", "--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("exited with code 3"), "{err}");
-    assert!(err.contains("sh -c exit 3"), "the process table lists the command: {err}");
+    assert!(
+        err.contains("sh -c exit 3"),
+        "the process table lists the command: {err}"
+    );
 
     let out = Command::new(profiler_bin())
-        .args(["run", "--output", "json", "--", "sh", "-c", "dd if=/dev/zero of=/dev/null bs=1k count=100 status=none; exit 5"])
+        .args([
+            "run",
+            "--output",
+            "json",
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/dev/null bs=1k count=100 status=none; exit 5",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(5));
     let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rec["state"], "ended");
     assert!(u(&rec["cpu"]["on_cpu_ns"]) > 0);
-    assert_eq!(u(&rec["tasks"]["processes_started"]), 2, "sh (started in the cgroup) and dd");
-    assert!(u(&rec["io"]["write_bytes"]) >= 100 * 1024, "dd wrote 100 KiB to /dev/null");
+    assert_eq!(
+        u(&rec["tasks"]["processes_started"]),
+        2,
+        "sh (started in the cgroup) and dd"
+    );
+    assert!(
+        u(&rec["io"]["write_bytes"]) >= 100 * 1024,
+        "dd wrote 100 KiB to /dev/null"
+    );
     let v2 = v2_mount();
     let run_parent = v2.join("profiler");
     let leftovers: Vec<_> = fs::read_dir(&run_parent)
         .map(|d| d.flatten().filter(|e| e.path().is_dir()).collect())
         .unwrap_or_default();
-    assert!(leftovers.is_empty(), "run removes its cgroup: {leftovers:?}");
+    assert!(
+        leftovers.is_empty(),
+        "run removes its cgroup: {leftovers:?}"
+    );
 
-    let out = Command::new(profiler_bin()).args(["run", "--", "/nonexistent/command"]).output().unwrap();
+    let out = Command::new(profiler_bin())
+        .args(["run", "--", "/nonexistent/command"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(127));
 }
 
@@ -280,26 +419,51 @@ fn bad_inputs_give_one_clear_line() {
     let v1 = V1Mount(std::env::temp_dir().join(format!("profiler-test-v1-{}", std::process::id())));
     fs::create_dir_all(&v1.0).unwrap();
     let name = format!("none,name=proftest{}", std::process::id());
-    let st = Command::new("mount").args(["-t", "cgroup", "-o", &name, "cgroup"]).arg(&v1.0).status().unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "cgroup", "-o", &name, "cgroup"])
+        .arg(&v1.0)
+        .status()
+        .unwrap();
     assert!(st.success(), "mount a named cgroup v1 hierarchy");
     let (code, err) = fails(&["attach", "--cgroup", v1.0.to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert!(err.contains("cgroup v1") && err.contains("cgroup v2"), "{err}");
+    assert!(
+        err.contains("cgroup v1") && err.contains("cgroup v2"),
+        "{err}"
+    );
     drop(v1);
 
     let cg = TestCgroup::new("bad");
-    let (_, err) = fails(&["attach", "--cgroup", &cg.arg(), "--btf", "/nonexistent/vmlinux"]);
-    assert!(err.contains("BTF") && err.contains("CONFIG_DEBUG_INFO_BTF"), "{err}");
+    let (_, err) = fails(&[
+        "attach",
+        "--cgroup",
+        &cg.arg(),
+        "--btf",
+        "/nonexistent/vmlinux",
+    ]);
+    assert!(
+        err.contains("BTF") && err.contains("CONFIG_DEBUG_INFO_BTF"),
+        "{err}"
+    );
 
     // A kernel without the block_io_start tracepoint: its BTF lacks btf_trace_block_io_start.
     let btf = fs::read("/sys/kernel/btf/vmlinux").unwrap();
     let needle = b"btf_trace_block_io_start\0";
-    let pos = btf.windows(needle.len()).position(|w| w == needle).expect("tracepoint in BTF");
+    let pos = btf
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("tracepoint in BTF");
     let mut patched = btf.clone();
     patched[pos + needle.len() - 4] = b'X';
     let path = std::env::temp_dir().join(format!("profiler-test-btf-{}", std::process::id()));
     fs::write(&path, &patched).unwrap();
-    let (code, err) = fails(&["attach", "--cgroup", &cg.arg(), "--btf", path.to_str().unwrap()]);
+    let (code, err) = fails(&[
+        "attach",
+        "--cgroup",
+        &cg.arg(),
+        "--btf",
+        path.to_str().unwrap(),
+    ]);
     let _ = fs::remove_file(&path);
     assert_eq!(code, 1);
     assert!(err.contains("lacks the tracepoint block_io_start"), "{err}");
@@ -308,7 +472,13 @@ fn bad_inputs_give_one_clear_line() {
     let bin = std::env::temp_dir().join(format!("profiler-test-bin-{}", std::process::id()));
     fs::copy(profiler_bin(), &bin).unwrap();
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
         .arg(&bin)
         .args(["attach", "--cgroup", &cg.arg()])
         .output()
@@ -322,7 +492,14 @@ fn bad_inputs_give_one_clear_line() {
     let (code, err) = fails(&["attach", "--cgroup", &cg.arg(), "--exec-depth", "deep"]);
     assert_eq!(code, 2);
     assert!(err.contains("--exec-depth"), "{err}");
-    let (code, err) = fails(&["attach", "--cgroup", &cg.arg(), "--live", "--interval", "often"]);
+    let (code, err) = fails(&[
+        "attach",
+        "--cgroup",
+        &cg.arg(),
+        "--live",
+        "--interval",
+        "often",
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("--interval"), "{err}");
     let (code, _) = fails(&["attach", "--cgroup", &cg.arg(), "--no-such-flag"]);
@@ -351,8 +528,14 @@ fn exec_running_at_attach_is_partial_and_counted_from_attach() {
     let oncpu = u(&rec["cpu"]["on_cpu_ns"]);
     // Counted from attach: at most what ran after `before`, at least what ran after attach.
     let upper = at_end - before + 50_000_000;
-    assert!(oncpu < upper, "on-CPU {oncpu} ns includes time before attach (limit {upper})");
-    assert!(oncpu > 500_000_000, "on-CPU {oncpu} ns misses time after attach");
+    assert!(
+        oncpu < upper,
+        "on-CPU {oncpu} ns includes time before attach (limit {upper})"
+    );
+    assert!(
+        oncpu > 500_000_000,
+        "on-CPU {oncpu} ns misses time after attach"
+    );
     p.stop();
 }
 
@@ -369,7 +552,10 @@ fn sigint_reports_running_execs_and_exits_zero() {
     hog.wait().unwrap();
     assert_eq!(code, 0);
     let id = cgroup_id(&e);
-    let rec = recs.iter().find(|r| u(&r["cgroup_id"]) == id).expect("running exec reported");
+    let rec = recs
+        .iter()
+        .find(|r| u(&r["cgroup_id"]) == id)
+        .expect("running exec reported");
     assert_eq!(rec["state"], "running");
     assert!(u(&rec["cpu"]["on_cpu_ns"]) > 300_000_000, "{rec}");
     assert_eq!(u(&rec["live_tasks"]), 1);
@@ -393,9 +579,19 @@ fn exec_depth_rolls_descendants_up() {
     let rec = p.wait_ended(id, Duration::from_secs(30));
     assert_eq!(rec["exec"], "ci/job");
     let oncpu = u(&rec["cpu"]["on_cpu_ns"]);
-    report("rolled-up on-CPU ns vs cpu.stat", oncpu as f64, truth as f64);
-    assert!(rel_err(oncpu as f64, truth as f64) < 0.02, "{oncpu} vs {truth}");
+    report(
+        "rolled-up on-CPU ns vs cpu.stat",
+        oncpu as f64,
+        truth as f64,
+    );
+    assert!(
+        rel_err(oncpu as f64, truth as f64) < 0.02,
+        "{oncpu} vs {truth}"
+    );
     assert_eq!(u(&rec["tasks"]["task_exits"]), 2);
     let (_, recs, _) = p.stop();
-    assert!(!recs.iter().any(|r| r["exec"] == "ci/job/step"), "step rolls up into ci/job");
+    assert!(
+        !recs.iter().any(|r| r["exec"] == "ci/job/step"),
+        "step rolls up into ci/job"
+    );
 }

@@ -59,12 +59,17 @@ fn main() -> Result<()> {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: running {cmd:?}");
-    let st = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    let st = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
     if !st.success() {
         bail!("{cmd:?} failed: {st}");
     }
@@ -72,7 +77,9 @@ fn run(cmd: &mut Command) -> Result<()> {
 }
 
 fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("cannot run {cmd:?}"))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
     if !out.status.success() {
         bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -82,7 +89,11 @@ fn output(cmd: &mut Command) -> Result<String> {
 fn is_root() -> bool {
     fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).map(|v| v.split_whitespace().nth(1) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|v| v.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -93,7 +104,13 @@ fn setup() -> Result<()> {
     let installed = output(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
         .context("the nightly toolchain is needed to build the eBPF programs (rustup toolchain install nightly)")?;
     if !installed.lines().any(|l| l.starts_with("rust-src")) {
-        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
     }
     install_bpf_linker()
 }
@@ -107,7 +124,9 @@ fn install_bpf_linker() -> Result<()> {
         .flatten()
         .map(|e| e.path())
         .find(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.") && n.contains("-rust-"))
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libLLVM.so.") && n.contains("-rust-"))
         })
         .with_context(|| format!("no libLLVM.so.*-rust-* in {}", lib_dir.display()))?;
     let name = lib.file_name().unwrap().to_string_lossy().into_owned();
@@ -120,11 +139,17 @@ fn install_bpf_linker() -> Result<()> {
         .with_context(|| format!("cannot read the LLVM version from {name}"))?;
 
     let stamp = format!("llvm-{major} {}", lib.display());
-    let home = env::var("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo")
-    });
+    let home = env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo")
+        });
     let stamp_file = home.join("bpf-linker.llvm");
-    let works = Command::new("bpf-linker").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    let works = Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     if works && fs::read_to_string(&stamp_file).ok().as_deref() == Some(stamp.as_str()) {
         return Ok(());
     }
@@ -135,11 +160,20 @@ fn install_bpf_linker() -> Result<()> {
     std::os::unix::fs::symlink(&lib, &link)?;
     eprintln!("xtask: building bpf-linker against {name} (about a minute)");
     run(Command::new("cargo")
-        .args(["install", "--force", "bpf-linker", "--no-default-features", "--features"])
+        .args([
+            "install",
+            "--force",
+            "bpf-linker",
+            "--no-default-features",
+            "--features",
+        ])
         .arg(format!("llvm-{major}"))
         .env("LLVM_PREFIX", &prefix)
         // Find the toolchain's libLLVM at run time too.
-        .env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib_dir.display())))?;
+        .env(
+            "RUSTFLAGS",
+            format!("-C link-arg=-Wl,-rpath,{}", lib_dir.display()),
+        ))?;
     fs::write(&stamp_file, stamp)?;
     Ok(())
 }
@@ -160,16 +194,29 @@ fn build(release: bool) -> Result<PathBuf> {
         c.arg("--release");
     }
     run(&mut c)?;
-    Ok(root().join(if release { "target/release/profiler" } else { "target/debug/profiler" }))
+    Ok(root().join(if release {
+        "target/release/profiler"
+    } else {
+        "target/debug/profiler"
+    }))
 }
 
 fn test(filter: Option<&str>) -> Result<()> {
     if !is_root() {
-        bail!("the end-to-end tests load eBPF programs and create cgroups: run `cargo xtask test` as root");
+        bail!(
+            "the end-to-end tests load eBPF programs and create cgroups: run `cargo xtask test` as root"
+        );
     }
     let bin = build(false)?;
     let mut unit = cargo();
-    unit.args(["test", "--workspace", "--exclude", "profiler-tests", "--exclude", "profiler-ebpf"]);
+    unit.args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "profiler-tests",
+        "--exclude",
+        "profiler-ebpf",
+    ]);
     if let Some(f) = filter {
         unit.arg(f);
     }
@@ -180,7 +227,8 @@ fn test(filter: Option<&str>) -> Result<()> {
     if let Some(f) = filter {
         e2e.arg(f);
     }
-    e2e.args(["--test-threads=1", "--nocapture"]).env("PROFILER_BIN", &bin);
+    e2e.args(["--test-threads=1", "--nocapture"])
+        .env("PROFILER_BIN", &bin);
     run(&mut e2e)
 }
 
@@ -222,13 +270,26 @@ fn demo() -> Result<()> {
     let work = root().join("target/demo");
     fs::create_dir_all(&work)?;
     let result = (|| -> Result<()> {
-        eprintln!("\nxtask: `profiler attach --cgroup {}`: each child cgroup is an exec", base.display());
-        let mut prof: Child = Command::new(&bin).args(["attach", "--cgroup"]).arg(&base).stderr(Stdio::inherit()).spawn()?;
+        eprintln!(
+            "\nxtask: `profiler attach --cgroup {}`: each child cgroup is an exec",
+            base.display()
+        );
+        let mut prof: Child = Command::new(&bin)
+            .args(["attach", "--cgroup"])
+            .arg(&base)
+            .stderr(Stdio::inherit())
+            .spawn()?;
         thread::sleep(Duration::from_secs(2));
         let w = work.display();
         // A small build: compile and link a C program, with its compiler processes.
-        fs::write(work.join("hello.c"), "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n")?;
-        exec_in(&base.join("compile"), &format!("cc -O2 -o {w}/hello {w}/hello.c && {w}/hello >/dev/null"))?;
+        fs::write(
+            work.join("hello.c"),
+            "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n",
+        )?;
+        exec_in(
+            &base.join("compile"),
+            &format!("cc -O2 -o {w}/hello {w}/hello.c && {w}/hello >/dev/null"),
+        )?;
         // Disk traffic: a direct-IO write and read, then a buffered write made durable.
         exec_in(
             &base.join("disk-io"),
@@ -239,13 +300,21 @@ fn demo() -> Result<()> {
             ),
         )?;
         // Many short processes, as a shell-heavy build step runs them.
-        exec_in(&base.join("short-procs"), "for i in $(seq 1 30); do /bin/true; done")?;
+        exec_in(
+            &base.join("short-procs"),
+            "for i in $(seq 1 30); do /bin/true; done",
+        )?;
         // Two CPU hogs sharing one CPU: run-queue delay.
-        exec_in(&base.join("contended"), "taskset -c 0 sh -c 'timeout 1 sh -c \"while :; do :; done\" & timeout 1 sh -c \"while :; do :; done\"; wait'")?;
+        exec_in(
+            &base.join("contended"),
+            "taskset -c 0 sh -c 'timeout 1 sh -c \"while :; do :; done\" & timeout 1 sh -c \"while :; do :; done\"; wait'",
+        )?;
         thread::sleep(Duration::from_secs(3));
         interrupt(prof.id());
         prof.wait()?;
-        eprintln!("\nxtask: `profiler run -- tar czf ...`: one command in a fresh cgroup, with its process breakdown");
+        eprintln!(
+            "\nxtask: `profiler run -- tar czf ...`: one command in a fresh cgroup, with its process breakdown"
+        );
         run(Command::new(&bin).args(["run", "--top", "5", "--", "sh", "-c"]).arg(format!(
             "tar czf {w}/src.tgz -C {} profiler profiler-common profiler-ebpf && sync -f {w}/src.tgz",
             root().display()
@@ -259,7 +328,9 @@ fn demo() -> Result<()> {
 
 /// SIGINT to a process we started (the profiler flushes and exits 0).
 fn interrupt(pid: u32) {
-    let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
 }
 
 // ------------------------------------------------------------------------------------------
@@ -288,14 +359,21 @@ fn bench(execs: u32) -> Result<()> {
             // Each exec: a shell, a short command, and a little direct IO to the disk.
             exec_in(
                 &d,
-                &format!("/bin/true; dd if=/dev/zero of={}/f bs=4k count=16 oflag=direct status=none", scratch.display()),
+                &format!(
+                    "/bin/true; dd if=/dev/zero of={}/f bs=4k count=16 oflag=direct status=none",
+                    scratch.display()
+                ),
             )?;
         }
         let took = start.elapsed();
         thread::sleep(Duration::from_secs(3));
         interrupt(prof.id());
         prof.wait()?;
-        eprintln!("xtask: {execs} execs in {:.1}s ({:.0} execs/s)", took.as_secs_f64(), execs as f64 / took.as_secs_f64());
+        eprintln!(
+            "xtask: {execs} execs in {:.1}s ({:.0} execs/s)",
+            took.as_secs_f64(),
+            execs as f64 / took.as_secs_f64()
+        );
         Ok(())
     })();
     let _ = fs::remove_dir(&base);

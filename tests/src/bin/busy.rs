@@ -2,7 +2,10 @@
 use std::time::{Duration, Instant};
 
 fn main() {
-    let us: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let us: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1000);
     let end = Instant::now() + Duration::from_micros(us);
     let mut x = 0u64;
     while Instant::now() < end {
