@@ -1,11 +1,12 @@
 //! Kernel side of the profiler.
 //!
 //! Data flow: cgroup lifecycle tracepoints keep `CGROUPS` (cgroup id -> exec) and `EXECS`
-//! (exec id -> totals) in step with the watched subtree. CPU, run-queue, IO-wait, syscall IO and
-//! context-switch figures are the kernel's own per-task counters, collected once per task when
-//! it is freed (`sched_process_free`): exact, and nothing runs on `sched_switch`. Block requests
-//! are counted once each, at completion, and charged to the exec that caused them. Lifecycle
-//! records go to a ring buffer without wake-ups; userspace drains it on a timer.
+//! (exec id -> totals) in step with the watched subtree. CPU, run-queue, memory-stall, syscall
+//! IO and context-switch figures are the kernel's own per-task counters, collected once per
+//! task at its last context switch (when it dies): exact. IO-wait is timed from switch-out to
+//! wake-up. Block requests are counted once each, at completion, and charged to the exec that
+//! caused them. Lifecycle records go to a ring buffer without wake-ups; userspace drains it on
+//! a timer.
 #![no_std]
 #![no_main]
 // The BPF target has no atomic compare-and-swap, so core's AtomicU64 lacks fetch_add; the
@@ -367,11 +368,12 @@ fn emit_cgroup_event(kind: u32, id: u64, entry: &CgroupEntry, path: *const u8) {
 #[btf_tracepoint(function = "cgroup_rmdir")]
 pub fn cgroup_rmdir(ctx: BtfTracePointContext) -> i32 {
     let cgrp: *const u8 = ctx.arg(0);
+    let path: *const u8 = ctx.arg(1);
     if on_v2(cgrp) {
         let id = cgroup_id(cgrp);
         if let Some(entry) = entry_of(id) {
             // The mapping stays: tasks that died in the cgroup are still to be freed.
-            emit_cgroup_event(EV_CGROUP_REMOVED, id, &entry, null());
+            emit_cgroup_event(EV_CGROUP_REMOVED, id, &entry, path);
         }
     }
     0
@@ -518,31 +520,27 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     if let Some(entry) = entry_of(unsafe { bpf_get_current_cgroup_id() }) {
         if let Some(stats) = stats_of(entry.exec_id) {
             add(&mut stats.task_exits, 1);
-            // Until sched_process_free, the task's final counters are still to come.
+            // Until its last context switch, the task's final counters are still to come.
             add(&mut stats.pending, 1);
         }
     }
     0
 }
 
-/// The task is gone: its counters are final. Charge them to its exec and report the task.
-#[btf_tracepoint(function = "sched_process_free")]
-pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
-    let task: *const u8 = ctx.arg(0);
-    let _ = try_free(task);
-    0
-}
-
+/// The task is dead and switches out for the last time: its counters are final (the
+/// scheduler has just charged its last run). Charge them to its exec and report the task.
+/// Not later, at sched_process_free: that waits for the reaper and an RCU grace period, which
+/// was seen to take more than 2 s.
 #[inline(always)]
-fn try_free(task: *const u8) -> Option<()> {
-    let entry = entry_of(task_cgroup_id(task))?;
+fn task_end(task: *const u8) -> Option<()> {
+    // The dead task is still current.
+    // SAFETY: helper without arguments.
+    let entry = entry_of(unsafe { bpf_get_current_cgroup_id() })?;
     let rec = SCRATCH.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch, used only within this program run.
     let rec = unsafe { &mut *rec };
     let partial = fill_record(task, entry.exec_id, EV_TASK_END, rec);
-    if partial {
-        let _ = BASELINES.remove(&rec.pid);
-    }
+    let _ = BASELINES.remove(&rec.pid);
     let _ = IOWAITS.remove(&rec.pid);
     let stats = stats_of(entry.exec_id)?;
     let c = rec.counters.as_array();
@@ -591,12 +589,17 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let preempt: u8 = ctx.arg(0);
     let prev: *const u8 = ctx.arg(1);
     let prev_state: u32 = ctx.arg(3);
+    if prev_state & TASK_DEAD != 0 {
+        let _ = task_end(prev);
     // A preempted task stays runnable whatever its state says: it is not blocking.
-    if preempt == 0 && prev_state != 0 && in_iowait(prev) {
+    } else if preempt == 0 && prev_state != 0 && in_iowait(prev) {
         let _ = iowait_block(prev);
     }
     0
 }
+
+/// `TASK_DEAD` in task_struct.__state (include/linux/sched.h, unchanged since 4.14).
+const TASK_DEAD: u32 = 0x80;
 
 #[inline(always)]
 fn iowait_block(task: *const u8) -> Option<()> {
@@ -804,6 +807,10 @@ pub extern "C" fn task_snapshot(ctx: *mut c_void) -> i32 {
     // SAFETY: the kernel passes a bpf_iter__task; direct loads keep the verifier's pointer types.
     let (meta, task) = unsafe { ((*ctx).meta, (*ctx).task) };
     if task.is_null() {
+        return 0;
+    }
+    // Tasks that have exited are counted when they switch out for the last time.
+    if rd::<i32>(task, off!(task_exit_state)) != 0 {
         return 0;
     }
     let Some(entry) = entry_of(task_cgroup_id(task)) else {

@@ -243,6 +243,8 @@ async fn attach(args: AttachArgs) -> Result<i32> {
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut live_tick = interval(args.interval);
     live_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut sweep_tick = interval(Duration::from_secs(5));
+    sweep_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let output = args.common.output;
     let mut recent: Vec<String> = Vec::new();
     loop {
@@ -252,6 +254,10 @@ async fn attach(args: AttachArgs) -> Result<i32> {
                 mon.poll()
             }
             _ = tick.tick() => mon.poll(),
+            _ = sweep_tick.tick() => {
+                mon.sweep();
+                mon.poll()
+            }
             _ = live_tick.tick(), if args.live => {
                 let rows = mon.live()?;
                 match output {

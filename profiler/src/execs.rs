@@ -366,6 +366,14 @@ impl Execs {
                 EV_CGROUP_CREATED => self.add_rolled_up(c.cgroup_id, c.exec_id),
                 EV_CGROUP_REMOVED => {
                     if c.cgroup_id == c.exec_id {
+                        if !self.execs.contains_key(&c.cgroup_id) {
+                            // Its creation record was lost (ring buffer full): it still ends.
+                            let path = cstr(&c.path);
+                            self.add_exec(c.cgroup_id, &path, c.ts_ns);
+                            if let Some(e) = self.execs.get_mut(&c.cgroup_id) {
+                                e.partial = true;
+                            }
+                        }
                         if let Some(e) = self.execs.get_mut(&c.cgroup_id) {
                             e.removed_ns.get_or_insert(c.ts_ns);
                         }
@@ -397,6 +405,22 @@ impl Execs {
             }
         }
         Followup::None
+    }
+
+    /// Mark an exec removed (its cgroup vanished without a removal record).
+    pub fn mark_removed(&mut self, id: u64, now_ns: u64) {
+        if let Some(e) = self.execs.get_mut(&id) {
+            e.removed_ns.get_or_insert(now_ns);
+        }
+    }
+
+    /// Execs not yet seen removed, with their paths relative to the attached cgroup.
+    pub fn running(&self) -> Vec<(u64, String)> {
+        self.execs
+            .values()
+            .filter(|e| e.removed_ns.is_none())
+            .map(|e| (e.id, e.path.clone()))
+            .collect()
     }
 
     /// Forget a rolled-up cgroup.
@@ -644,6 +668,25 @@ mod tests {
         let (_, ids) = execs.take(5).unwrap();
         assert_eq!(ids, vec![5, 8]);
         assert!(execs.is_empty());
+    }
+
+    #[test]
+    fn removal_without_creation_record_still_ends_the_exec() {
+        let mut execs = Execs::new("/base", 10);
+        let mut path = [0u8; CGROUP_PATH_LEN];
+        path[..7].copy_from_slice(b"/base/z");
+        execs.apply(&Event::Cgroup(CgroupEvent {
+            kind: EV_CGROUP_REMOVED,
+            depth: 1,
+            ts_ns: 5,
+            cgroup_id: 9,
+            exec_id: 9,
+            path,
+        }));
+        assert_eq!(execs.removed(), vec![(9, 5)]);
+        let e = execs.get(9).unwrap();
+        assert_eq!(e.path, "z");
+        assert!(e.partial, "its start is unknown");
     }
 
     #[test]

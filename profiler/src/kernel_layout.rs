@@ -18,7 +18,6 @@ pub const TRACEPOINTS: &[(&str, &str)] = &[
     ("sched_process_fork", "2.6.32"),
     ("sched_process_exec", "3.4"),
     ("sched_process_exit", "2.6.32"),
-    ("sched_process_free", "2.6.32"),
     ("block_io_start", "6.5"),
     ("block_rq_issue", "2.6.32"),
     ("block_rq_complete", "2.6.32"),
@@ -247,6 +246,7 @@ impl KernelBtf {
             want(&mut o.task_tgid, "task_struct", "tgid", 4, true)?;
             want(&mut o.task_comm, "task_struct", "comm", 16, true)?;
             want(&mut o.task_start_time, "task_struct", "start_time", 8, true)?;
+            want(&mut o.task_exit_state, "task_struct", "exit_state", 4, true)?;
             want(
                 &mut o.task_real_parent,
                 "task_struct",

@@ -197,6 +197,23 @@ impl Monitor {
         }
     }
 
+    /// Execs whose cgroup is gone although no removal record arrived (ring buffer overrun):
+    /// mark them removed so they end and are forgotten. One stat per running exec.
+    pub fn sweep(&mut self) {
+        self.drain(); // removal records already queued carry the exact time
+        let now = monotonic_ns();
+        for (id, path) in self.execs.running() {
+            let dir = if path == "." {
+                self.opts.cgroup.clone()
+            } else {
+                self.opts.cgroup.join(&path)
+            };
+            if cgroup::cgroup_id(&dir).ok() != Some(id) {
+                self.execs.mark_removed(id, now);
+            }
+        }
+    }
+
     /// Process new events; return the records of execs whose figures are now final.
     pub fn poll(&mut self) -> Vec<ExecReport> {
         self.drain();

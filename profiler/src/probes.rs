@@ -24,7 +24,6 @@ const TASK_PROGRAMS: &[&str] = &[
     "sched_process_fork",
     "sched_process_exec",
     "sched_process_exit",
-    "sched_process_free",
     "block_io_start",
     "block_rq_issue",
     "block_rq_complete",

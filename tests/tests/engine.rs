@@ -149,10 +149,10 @@ fn buffered_write_with_fsync_is_charged_to_the_exec() {
         written >= n && err <= 0.01,
         "wrote {written}, expected {n} (+1%)"
     );
-    assert_eq!(
-        u(&rec["io"]["dirtied_bytes"]),
-        n,
-        "the exec dirtied exactly what it wrote"
+    let dirtied = u(&rec["io"]["dirtied_bytes"]);
+    assert!(
+        dirtied >= n && rel_err(dirtied as f64, n as f64) <= 0.01,
+        "the exec dirtied what it wrote (+1%): {dirtied}"
     );
     assert!(
         u(&rec["disk"]["flush_requests"]) >= 1,
@@ -259,7 +259,7 @@ fn churn_of_short_execs_loses_nothing() {
         assert!(seen.insert(id), "exec {name} reported twice");
         assert_eq!(r["exec"], name.as_str());
         let oncpu = u(&r["cpu"]["on_cpu_ns"]);
-        assert!(oncpu > 0, "exec {name} has no CPU time");
+        assert!(oncpu > 0, "exec {name} has no CPU time: {r}");
         assert_eq!(
             u(&r["tasks"]["task_exits"]),
             1,
@@ -594,4 +594,32 @@ fn exec_depth_rolls_descendants_up() {
         !recs.iter().any(|r| r["exec"] == "ci/job/step"),
         "step rolls up into ci/job"
     );
+}
+
+/// --live with JSON output: running execs are reported every interval with growing figures.
+#[test]
+fn live_json_reports_running_execs() {
+    let cg = TestCgroup::new("live");
+    let p = Attached::start(&cg, &["--live", "--interval", "200ms"]);
+    let e = cg.child("job");
+    let id = cgroup_id(&e);
+    let mut hog = spawn_in(&e, &[busy(), "600000000"]);
+    thread::sleep(Duration::from_millis(1500));
+    hog.kill().unwrap();
+    hog.wait().unwrap();
+    rmdir(&e);
+    let ended = p.wait_ended(id, Duration::from_secs(30));
+    let (_, recs, _) = p.stop();
+    let live: Vec<u64> = recs
+        .iter()
+        .filter(|r| u(&r["cgroup_id"]) == id && r["state"] == "running")
+        .map(|r| u(&r["cpu"]["on_cpu_ns"]))
+        .collect();
+    assert!(live.len() >= 3, "a running record every 200 ms: {live:?}");
+    assert!(
+        live.windows(2).all(|w| w[0] <= w[1]),
+        "CPU time grows: {live:?}"
+    );
+    assert!(*live.last().unwrap() > 500_000_000, "{live:?}");
+    assert!(u(&ended["cpu"]["on_cpu_ns"]) >= *live.last().unwrap());
 }
