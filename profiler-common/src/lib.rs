@@ -59,6 +59,7 @@ pub struct KernelOffsets {
     pub rq_cmd_flags: u32,
     pub rq_data_len: u32,
     pub rq_bio: u32,
+    pub bio_opf: u32,
     pub bio_blkg: u32,
     pub blkg_blkcg: u32,
     pub blkcg_css_cgroup: u32,
@@ -107,6 +108,7 @@ impl KernelOffsets {
         rq_cmd_flags: ABSENT,
         rq_data_len: ABSENT,
         rq_bio: ABSENT,
+        bio_opf: ABSENT,
         bio_blkg: ABSENT,
         blkg_blkcg: ABSENT,
         blkcg_css_cgroup: ABSENT,
@@ -125,6 +127,10 @@ pub struct Config {
     /// 1 when block requests are charged to the cgroup of the bio's blkcg (cgroup writeback
     /// on pure v2 with the io and memory controllers), 0 to charge the submitting task.
     pub blkcg_attribution: u32,
+    /// 1 on kernels without the block_io_start tracepoint (before 6.5): requests are tied to
+    /// their origin through block_getrq and their first issue.
+    pub block_getrq_fallback: u32,
+    pub _pad: u32,
 }
 
 /// Value of the cgroups map: which exec a cgroup of the subtree belongs to.

@@ -43,6 +43,8 @@ static CONFIG: Config = Config {
     base_cgroup_id: 0,
     exec_depth: 1,
     blkcg_attribution: 0,
+    block_getrq_fallback: 0,
+    _pad: 0,
 };
 
 /// Bit of REQ_PREFLUSH in a request's cmd_flags (from the kernel's `enum req_flag_bits`).
@@ -86,6 +88,11 @@ static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(8192, 
 /// Tid -> IO waits of tasks of the subtree that have waited on IO.
 #[map]
 static IOWAITS: HashMap<u32, IoWait> = HashMap::with_max_entries(32768, 0);
+
+/// Bio pointer -> its origin, from block_getrq to the first issue of its request (kernels
+/// before 6.5, which lack block_io_start).
+#[map]
+static BIO_ORIGIN: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(8192, 0);
 
 /// Lifecycle records to userspace.
 #[map]
@@ -655,20 +662,13 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
 // request was created in the submitter's context. Counting per issue would double-count
 // requeued requests; the current task at issue or completion is often kblockd or an IRQ.
 
-#[btf_tracepoint(function = "block_io_start")]
-pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
-    let rq: *const u8 = ctx.arg(0);
-    let _ = try_io_start(rq);
-    0
-}
-
+/// The exec that caused a bio, and the request class and flush flag of its op flags.
 #[inline(always)]
-fn try_io_start(rq: *const u8) -> Option<()> {
+fn bio_origin(bio: *const u8, opf: u32) -> Option<Inflight> {
     let exec_depth = global(&CONFIG.exec_depth);
     let mut exec_id = 0u64;
     if global(&CONFIG.blkcg_attribution) != 0 {
         // cgroup writeback: the bio carries the blkcg of the cgroup that dirtied the pages.
-        let bio = rd_ptr(rq, off!(rq_bio));
         let blkg = rd_ptr(bio, off!(bio_blkg));
         let blkcg = rd_ptr(blkg, off!(blkg_blkcg));
         let cgrp = rd_ptr(blkcg, off!(blkcg_css_cgroup));
@@ -683,35 +683,67 @@ fn try_io_start(rq: *const u8) -> Option<()> {
         // SAFETY: helper without arguments.
         exec_id = entry_of(unsafe { bpf_get_current_cgroup_id() })?.exec_id;
     }
-    let flags = rd::<u32>(rq, off!(rq_cmd_flags));
     let preflush_bit = global(&REQ_PREFLUSH_BIT);
-    let op = match flags & 0xff {
+    let op = match opf & 0xff {
         0 => OP_READ,
         1 => OP_WRITE,
         2 => OP_FLUSH,
         3 | 5 | 9 => OP_DISCARD, // discard, secure erase, write zeroes
         _ => OP_OTHER,
     };
-    let preflush = preflush_bit < 32 && flags & (1u32 << (preflush_bit & 31)) != 0;
-    let v = Inflight {
-        exec_id,
-        issue_ns: 0,
-        op,
-        preflush: preflush as u32,
-    };
-    if INFLIGHT.insert(&(rq as u64), &v, 0).is_err() {
+    let preflush = preflush_bit < 32 && opf & (1u32 << (preflush_bit & 31)) != 0;
+    Some(Inflight { exec_id, issue_ns: 0, op, preflush: preflush as u32 })
+}
+
+#[inline(always)]
+fn track_request(rq: *const u8, v: &Inflight) {
+    if INFLIGHT.insert(&(rq as u64), v, 0).is_err() {
         drop_count(DROP_INFLIGHT_FULL);
     }
-    Some(())
+}
+
+/// A request is created for a bio, in the submitter's context (Linux 6.5+).
+#[btf_tracepoint(function = "block_io_start")]
+pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
+    let rq: *const u8 = ctx.arg(0);
+    let bio = rd_ptr(rq, off!(rq_bio));
+    if let Some(v) = bio_origin(bio, rd::<u32>(rq, off!(rq_cmd_flags))) {
+        track_request(rq, &v);
+    }
+    0
+}
+
+/// Before 6.5 (no block_io_start): the bio that a new request is made for, in the
+/// submitter's context; the request is tracked from its first issue (see block_rq_issue).
+#[btf_tracepoint(function = "block_getrq")]
+pub fn block_getrq(ctx: BtfTracePointContext) -> i32 {
+    let bio: *const u8 = ctx.arg(0);
+    if let Some(v) = bio_origin(bio, rd::<u32>(bio, off!(bio_opf))) {
+        if BIO_ORIGIN.insert(&(bio as u64), &v, 0).is_err() {
+            drop_count(DROP_INFLIGHT_FULL);
+        }
+    }
+    0
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let rq: *const u8 = ctx.arg(0);
+    // SAFETY: helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
     if let Some(p) = INFLIGHT.get_ptr_mut(&(rq as u64)) {
         // Latency is measured from the last issue (a requeued request is issued again).
         // SAFETY: map value of this request; only this request's events touch it.
-        unsafe { (*p).issue_ns = bpf_ktime_get_ns() };
+        unsafe { (*p).issue_ns = now };
+    } else if global(&CONFIG.block_getrq_fallback) != 0 {
+        // First issue of a request whose bio block_getrq saw.
+        let bio = rd_ptr(rq, off!(rq_bio));
+        // SAFETY: plain data copied out.
+        if let Some(mut v) = unsafe { BIO_ORIGIN.get(&(bio as u64)) }.copied() {
+            let _ = BIO_ORIGIN.remove(&(bio as u64));
+            v.issue_ns = now;
+            track_request(rq, &v);
+        }
     }
     0
 }

@@ -18,12 +18,16 @@ pub const TRACEPOINTS: &[(&str, &str)] = &[
     ("sched_process_fork", "2.6.32"),
     ("sched_process_exec", "3.4"),
     ("sched_process_exit", "2.6.32"),
-    ("block_io_start", "6.5"),
     ("block_rq_issue", "2.6.32"),
     ("block_rq_complete", "2.6.32"),
     ("sched_switch", "5.18"),
     ("sched_wakeup", "2.6.32"),
 ];
+
+/// Where block requests are tied to the exec that caused them: block_io_start (6.5+), else
+/// block_getrq with the request's first issue.
+pub const BLOCK_START: &str = "block_io_start";
+pub const BLOCK_START_FALLBACK: &str = "block_getrq";
 
 /// The resolved layout plus what was found missing (optional fields degrade figures).
 #[derive(Clone, Debug)]
@@ -59,6 +63,13 @@ impl KernelBtf {
             btf,
             path: path.to_owned(),
         })
+    }
+
+    pub fn has_tracepoint(&self, tp: &str) -> bool {
+        self.btf
+            .resolve_ids_by_name(&format!("btf_trace_{tp}"))
+            .map(|v| !v.is_empty())
+            .unwrap_or(false)
     }
 
     /// Tracepoints of [`TRACEPOINTS`] missing from this kernel, with the version they need.
@@ -384,6 +395,7 @@ impl KernelBtf {
             want(&mut o.rq_cmd_flags, "request", "cmd_flags", 4, true)?;
             want(&mut o.rq_data_len, "request", "__data_len", 4, true)?;
             want(&mut o.rq_bio, "request", "bio", 8, false)?;
+            want(&mut o.bio_opf, "bio", "bi_opf", 4, false)?;
             want(&mut o.bio_blkg, "bio", "bi_blkg", 8, false)?;
             want(&mut o.blkg_blkcg, "blkcg_gq", "blkcg", 8, false)?;
             want(&mut o.blkcg_css_cgroup, "blkcg", "css.cgroup", 8, false)?;

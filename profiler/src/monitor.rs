@@ -14,7 +14,7 @@ use profiler_common::*;
 use crate::{
     cgroup::{self, Hierarchy},
     execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
-    kernel_layout::{KernelBtf, KernelLayout, aya_btf},
+    kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
     probes::{Limits, Probes, ProgramCost, kernel_release},
     report::ExecReport,
 };
@@ -115,6 +115,10 @@ impl Monitor {
                  profiler cannot attach here"
             );
         }
+        let block_getrq_fallback = !kbtf.has_tracepoint(BLOCK_START);
+        if block_getrq_fallback && !kbtf.has_tracepoint(BLOCK_START_FALLBACK) {
+            bail!("kernel {release} lacks the tracepoints {BLOCK_START} and {BLOCK_START_FALLBACK}: profiler cannot attach here");
+        }
         if !kbtf.has_func("bpf_iter_task") {
             bail!("kernel {release} lacks BPF task iterators (Linux 5.8 or later has them)");
         }
@@ -136,6 +140,8 @@ impl Monitor {
             base_cgroup_id: base_id,
             exec_depth: opts.exec_depth,
             blkcg_attribution: blkcg as u32,
+            block_getrq_fallback: block_getrq_fallback as u32,
+            _pad: 0,
         };
         let mut probes = Probes::load(&layout, config, opts.limits, aya_btf(&opts.btf)?)?;
         let mut notes: Vec<String> = layout
@@ -144,7 +150,13 @@ impl Monitor {
             .map(|f| format!("kernel {release} lacks {f}: figures that need it are zero"))
             .collect();
         notes.extend(enable_delay_accounting());
-        let notices = vec![attribution.to_owned()];
+        let mut notices = vec![attribution.to_owned()];
+        if block_getrq_fallback {
+            notices.push(format!(
+                "kernel {release} lacks {BLOCK_START} (Linux 6.5+): block requests are tied to \
+                 their exec at {BLOCK_START_FALLBACK} and counted from their first issue"
+            ));
+        }
 
         probes.attach_cgroup_programs()?;
         let base_path = hierarchy.kernel_path(&opts.cgroup);

@@ -11,7 +11,7 @@ use aya::{
 };
 use profiler_common::*;
 
-use crate::kernel_layout::KernelLayout;
+use crate::kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelLayout};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf"));
 
@@ -24,7 +24,6 @@ const TASK_PROGRAMS: &[&str] = &[
     "sched_process_fork",
     "sched_process_exec",
     "sched_process_exit",
-    "block_io_start",
     "block_rq_issue",
     "block_rq_complete",
     "sched_switch",
@@ -42,6 +41,8 @@ pub struct Limits {
 /// The loaded programs and their maps.
 pub struct Probes {
     ebpf: Ebpf,
+    /// block_io_start, or block_getrq on kernels without it.
+    block_start: &'static str,
     btf: aya::Btf,
     pub cgroups: HashMap<MapData, u64, CgroupEntry>,
     pub execs: HashMap<MapData, u64, ExecStats>,
@@ -65,6 +66,7 @@ impl Probes {
         limits: Limits,
         btf: aya::Btf,
     ) -> Result<Self> {
+        let block_start = if config.block_getrq_fallback != 0 { BLOCK_START_FALLBACK } else { BLOCK_START };
         // Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones to the memory
         // cgroup. Raising the limit may be refused (no CAP_SYS_RESOURCE): harmless on 5.11+.
         let rlim = libc::rlimit {
@@ -95,6 +97,7 @@ impl Probes {
         let drops = PerCpuArray::try_from(take(&mut ebpf, "DROPS")?)?;
         let mut probes = Self {
             ebpf,
+            block_start,
             btf,
             cgroups,
             execs,
@@ -102,7 +105,7 @@ impl Probes {
             events,
             drops,
         };
-        for name in CGROUP_PROGRAMS.iter().chain(TASK_PROGRAMS) {
+        for name in CGROUP_PROGRAMS.iter().chain(TASK_PROGRAMS).chain([&block_start]) {
             probes.load_tracepoint(name)?;
         }
         let btf = probes.btf.clone();
@@ -145,7 +148,8 @@ impl Probes {
 
     /// Attach the task and block-IO programs.
     pub fn attach_task_programs(&mut self) -> Result<()> {
-        self.attach_all(TASK_PROGRAMS)
+        self.attach_all(TASK_PROGRAMS)?;
+        self.attach_all(&[self.block_start])
     }
 
     /// Live counters of every task in the subtree (one pass of the task iterator).

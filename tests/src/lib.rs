@@ -31,6 +31,25 @@ pub fn profiler_bin() -> PathBuf {
     p
 }
 
+/// A test timeout, stretched by PROFILER_TEST_TIME_SCALE (the VM tests run under emulation).
+pub fn secs(n: u64) -> Duration {
+    let scale: f64 = std::env::var("PROFILER_TEST_TIME_SCALE").ok().and_then(|v| v.parse().ok()).unwrap_or(1.0);
+    Duration::from_secs_f64(n as f64 * scale.max(1.0))
+}
+
+/// Run `cmd` as user and group `nobody` with no capabilities (setuid from root clears them).
+pub fn as_nobody(cmd: &mut Command) -> &mut Command {
+    // SAFETY: only setgroups/setgid/setuid between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Fail (never skip) when not root.
 pub fn require_root() {
     // SAFETY: trivial libc call.
@@ -68,6 +87,11 @@ impl TestCgroup {
             remove_tree(&path);
         }
         fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        // Hand the execs every controller this cgroup has (io and memory on pure v2 hosts).
+        let available = fs::read_to_string(path.join("cgroup.controllers")).unwrap_or_default();
+        for c in available.split_whitespace() {
+            let _ = fs::write(path.join("cgroup.subtree_control"), format!("+{c}"));
+        }
         Self { path }
     }
 
@@ -179,12 +203,13 @@ pub fn schedstat(pid: u32) -> (u64, u64) {
     (v[0], v[1])
 }
 
-/// A scratch directory on a real block device (not tmpfs), for IO tests.
+/// A scratch directory on a real block device (not tmpfs, not 9p), for IO tests:
+/// PROFILER_SCRATCH (the VM tests' virtio disk), else target/io-scratch.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("target/io-scratch");
+    let root = match std::env::var("PROFILER_SCRATCH") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target/io-scratch"),
+    };
     let d = root.join(format!("{name}-{}", std::process::id()));
     fs::create_dir_all(&d).unwrap();
     d
@@ -241,7 +266,7 @@ impl Attached {
                 e.lock().unwrap().push(line);
             }
         });
-        if ready_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+        if ready_rx.recv_timeout(secs(60)).is_err() {
             let _ = child.kill();
             let _ = child.wait();
             panic!("profiler did not attach: {:?}", stderr.lock().unwrap());

@@ -14,6 +14,8 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod vmtest;
+
 #[derive(Parser)]
 #[command(name = "xtask")]
 struct Cli {
@@ -25,8 +27,21 @@ struct Cli {
 enum Task {
     /// Install the build prerequisites (rust-src for nightly, bpf-linker).
     Setup,
-    /// Set up, build, then run every test: unit tests and the privileged end-to-end suite.
+    /// Set up, build, then run every test: unit tests, the privileged end-to-end suite on this
+    /// host, and the same suite (plus the pure cgroup v2 tests) in VMs on the kernel matrix.
     Test {
+        /// Only run tests whose name contains this.
+        filter: Option<String>,
+        /// Skip the VM kernel matrix.
+        #[arg(long)]
+        host_only: bool,
+    },
+    /// Run the privileged test suite in qemu on each kernel of the matrix (Debian kernels,
+    /// pure cgroup v2).
+    Vmtest {
+        /// Kernels of the matrix to run (default: all): 6.1, 6.12, newest.
+        #[arg(long = "kernel")]
+        kernels: Vec<String>,
         /// Only run tests whose name contains this.
         filter: Option<String>,
     },
@@ -43,9 +58,17 @@ enum Task {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Setup => setup(),
-        Task::Test { filter } => {
+        Task::Test { filter, host_only } => {
             setup()?;
-            test(filter.as_deref())
+            test(filter.as_deref())?;
+            if host_only {
+                return Ok(());
+            }
+            vmtest::vmtest(vmtest::Options { kernels: Vec::new(), filter })
+        }
+        Task::Vmtest { kernels, filter } => {
+            setup()?;
+            vmtest::vmtest(vmtest::Options { kernels, filter })
         }
         Task::Demo => {
             setup()?;
@@ -58,14 +81,14 @@ fn main() -> Result<()> {
     }
 }
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .to_path_buf()
 }
 
-fn run(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: running {cmd:?}");
     let st = cmd
         .status()
@@ -76,7 +99,7 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("cannot run {cmd:?}"))?;
@@ -178,10 +201,30 @@ fn install_bpf_linker() -> Result<()> {
     Ok(())
 }
 
+/// Install the Debian packages whose commands are missing: (package, command it provides).
+pub(crate) fn ensure_debian_packages(wanted: &[(&str, &str)]) -> Result<()> {
+    let on_path = |cmd: &str| {
+        env::var_os("PATH")
+            .map(|p| env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+            .unwrap_or(false)
+            || Path::new("/usr/sbin").join(cmd).is_file()
+            || Path::new("/sbin").join(cmd).is_file()
+    };
+    let missing: Vec<&str> = wanted.iter().filter(|(_, cmd)| !on_path(cmd)).map(|(p, _)| *p).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    run(Command::new("apt-get").args(["-q", "update"]))?;
+    run(Command::new("apt-get")
+        .args(["-q", "-y", "install", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
 // ------------------------------------------------------------------------------------------
 // build and test
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root());
     c

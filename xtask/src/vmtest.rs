@@ -1,0 +1,575 @@
+//! `cargo xtask vmtest`: run the privileged test suite inside qemu on a matrix of Debian stock
+//! kernels, each booted with pure cgroup v2 (+cpu +io +memory +pids), bpffs, tracefs, a virtio
+//! scratch disk and the host's build shared over 9p.
+//!
+//! Everything comes from Debian packages: the kernels (fetched with a private apt
+//! configuration, so the host's sources stay untouched), busybox-static for the initramfs,
+//! qemu, e2fsprogs and cpio.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fs,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{ensure_debian_packages, output, root, run};
+
+/// The kernel matrix: a name and the Debian suite whose `linux-image-amd64` it is.
+pub const KERNELS: &[(&str, &str)] = &[
+    ("6.1", "bookworm"),
+    ("6.12", "bookworm-backports"),
+    ("newest", "trixie-backports"),
+];
+
+/// Debian packages the VM tests need on the host.
+const HOST_PACKAGES: &[(&str, &str)] = &[
+    ("qemu-system-x86", "qemu-system-x86_64"),
+    ("busybox-static", "busybox"),
+    ("cpio", "cpio"),
+    ("e2fsprogs", "mkfs.ext4"),
+    ("xz-utils", "xz"),
+    ("zstd", "zstd"),
+];
+
+/// Modules the guest needs, with their dependencies (those built in are skipped).
+const GUEST_MODULES: &[&str] = &[
+    "virtio_pci",
+    "virtio_blk",
+    "9pnet_virtio",
+    "9p",
+    "crc32c_generic",
+    "crc32c-intel",
+    "ext4",
+];
+
+/// Emulated guests are slow: test timeouts are stretched by this much.
+const TIME_SCALE: u32 = 8;
+/// The longest one kernel's run may take.
+const KERNEL_TIMEOUT: Duration = Duration::from_secs(25 * 60);
+
+pub struct Options {
+    pub kernels: Vec<String>,
+    pub filter: Option<String>,
+}
+
+pub fn vmtest(opts: Options) -> Result<()> {
+    ensure_debian_packages(HOST_PACKAGES)?;
+    let work = root().join("target/vm");
+    fs::create_dir_all(&work)?;
+    let selected: Vec<(&str, &str)> = KERNELS
+        .iter()
+        .copied()
+        .filter(|(name, _)| opts.kernels.is_empty() || opts.kernels.iter().any(|k| k == name))
+        .collect();
+    if selected.is_empty() {
+        bail!("no kernel of the matrix is named {:?}; the matrix is {KERNELS:?}", opts.kernels);
+    }
+    let bins = build_static(&work)?;
+    let apt = Apt::new(&work.join("apt"))?;
+    let started = Instant::now();
+    let mut table: Vec<(String, String, Result<Outcome>)> = Vec::new();
+    for (name, suite) in selected {
+        let t = Instant::now();
+        let outcome = (|| -> Result<Outcome> {
+            let kernel = fetch_kernel(&apt, suite, &work.join("kernels").join(name))?;
+            run_kernel(name, &kernel, &bins, &work, opts.filter.as_deref())
+        })();
+        eprintln!("vmtest: kernel {name} done in {:.0}s", t.elapsed().as_secs_f64());
+        let release = outcome.as_ref().map(|o| o.release.clone()).unwrap_or_default();
+        table.push((name.to_owned(), release, outcome));
+    }
+    print_table(&table, started.elapsed());
+    let failed: Vec<&str> = table
+        .iter()
+        .filter(|(_, _, o)| !matches!(o, Ok(o) if o.passed()))
+        .map(|(n, _, _)| n.as_str())
+        .collect();
+    if !failed.is_empty() {
+        bail!("the VM tests failed on kernel(s) {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------
+// Kernels from the Debian archive
+
+/// apt with its own sources and state below `dir`: the host's configuration stays untouched.
+struct Apt {
+    dir: PathBuf,
+}
+
+impl Apt {
+    fn new(dir: &Path) -> Result<Self> {
+        fs::create_dir_all(dir.join("lists/partial"))?;
+        fs::create_dir_all(dir.join("cache/archives/partial"))?;
+        let keyring = "/usr/share/keyrings/debian-archive-keyring.gpg";
+        let mut sources = String::new();
+        for suite in KERNELS.iter().map(|(_, s)| *s).collect::<HashSet<_>>() {
+            sources.push_str(&format!("deb [signed-by={keyring}] http://deb.debian.org/debian {suite} main\n"));
+        }
+        fs::write(dir.join("sources.list"), sources)?;
+        let apt = Self { dir: dir.to_path_buf() };
+        run(apt.cmd("apt-get").args(["-q", "update"]))?;
+        Ok(apt)
+    }
+
+    fn cmd(&self, tool: &str) -> Command {
+        let d = self.dir.display();
+        let mut c = Command::new(tool);
+        for o in [
+            format!("Dir::Etc::SourceList={d}/sources.list"),
+            "Dir::Etc::SourceParts=/dev/null".into(),
+            format!("Dir::State::Lists={d}/lists"),
+            format!("Dir::Cache={d}/cache"),
+            // Downloads go to the current directory, which _apt may not be able to write.
+            "APT::Sandbox::User=root".into(),
+        ] {
+            c.args(["-o", &o]);
+        }
+        c
+    }
+
+    /// Download a package (optionally from one suite) into `dir`; returns the .deb path.
+    fn download(&self, pkg: &str, suite: Option<&str>, dir: &Path) -> Result<PathBuf> {
+        fs::create_dir_all(dir)?;
+        let mut c = self.cmd("apt-get");
+        c.current_dir(dir).arg("-q");
+        if let Some(s) = suite {
+            c.args(["-t", s]);
+        }
+        run(c.args(["download", pkg]))?;
+        debs(dir)?
+            .into_iter()
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{pkg}_")))
+            .with_context(|| format!("apt-get download {pkg} left no .deb"))
+    }
+}
+
+fn debs(dir: &Path) -> Result<HashSet<PathBuf>> {
+    Ok(fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect())
+}
+
+/// A kernel ready to boot: its image, release and module tree.
+struct Kernel {
+    vmlinuz: PathBuf,
+    release: String,
+    modules: PathBuf,
+}
+
+/// Fetch `linux-image-amd64` of `suite` and the packages holding its image and modules.
+fn fetch_kernel(apt: &Apt, suite: &str, dir: &Path) -> Result<Kernel> {
+    let debs_dir = dir.join("debs");
+    let _ = fs::remove_dir_all(&debs_dir);
+    let meta = apt.download("linux-image-amd64", Some(suite), &debs_dir)?;
+    // Follow the dependencies that make up the kernel: image, binary and modules packages.
+    let mut todo = vec![meta];
+    let mut seen = HashSet::new();
+    let mut all = Vec::new();
+    while let Some(deb) = todo.pop() {
+        let deps = output(Command::new("dpkg-deb").args(["-f"]).arg(&deb).arg("Depends"))?;
+        all.push(deb);
+        for alt in deps.split(',') {
+            for dep in alt.split('|') {
+                let name = dep.split_whitespace().next().unwrap_or("");
+                let kernel_part = ["linux-image-", "linux-binary-", "linux-modules-"]
+                    .iter()
+                    .any(|p| name.starts_with(p) && name[p.len()..].starts_with(|c: char| c.is_ascii_digit()));
+                if kernel_part && seen.insert(name.to_owned()) {
+                    todo.push(apt.download(name, None, &debs_dir)?);
+                }
+            }
+        }
+    }
+    let root = dir.join("root");
+    let _ = fs::remove_dir_all(&root);
+    fs::create_dir_all(&root)?;
+    for deb in &all {
+        run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&root))?;
+    }
+    let mut modules = None;
+    for base in ["lib/modules", "usr/lib/modules"] {
+        if let Ok(rd) = fs::read_dir(root.join(base)) {
+            for e in rd.flatten() {
+                if e.path().join("kernel").is_dir() {
+                    modules = Some(e.path());
+                }
+            }
+        }
+    }
+    let modules = modules.with_context(|| format!("no module tree in the {suite} kernel packages"))?;
+    let release = modules.file_name().unwrap().to_string_lossy().into_owned();
+    let vmlinuz = [root.join(format!("boot/vmlinuz-{release}")), modules.join("vmlinuz")]
+        .into_iter()
+        .find(|p| p.exists())
+        .with_context(|| format!("no vmlinuz for {release}"))?;
+    Ok(Kernel { vmlinuz, release, modules })
+}
+
+// ------------------------------------------------------------------------------------------
+// Static test binaries
+
+/// The statically linked binaries the guests run, built from this tree.
+struct Bins {
+    profiler: PathBuf,
+    busy: PathBuf,
+    tests: Vec<PathBuf>,
+}
+
+const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+fn build_static(work: &Path) -> Result<Bins> {
+    let target_dir = work.join("build");
+    let mut build = crate::cargo();
+    build
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .args(["build", "--release", "--target", TARGET, "-p", "profiler", "-p", "profiler-tests", "--bins"])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    run(&mut build)?;
+    let mut t = crate::cargo();
+    t.env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .args(["test", "--release", "--target", TARGET, "--no-run", "--message-format=json", "-p", "profiler-tests"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .stderr(Stdio::inherit());
+    let out = output(&mut t)?;
+    let mut tests = Vec::new();
+    for line in out.lines() {
+        // {"reason":"compiler-artifact",...,"profile":{"test":true},...,"executable":"/path"}
+        if line.contains("\"reason\":\"compiler-artifact\"") && line.contains("\"test\":true") {
+            if let Some(exe) = json_str(line, "executable") {
+                tests.push(PathBuf::from(exe));
+            }
+        }
+    }
+    tests.retain(|p| {
+        let n = p.file_name().unwrap().to_string_lossy();
+        n.starts_with("engine-") || n.starts_with("pure_v2-")
+    });
+    if tests.len() < 2 {
+        bail!("did not find the engine and pure_v2 test binaries ({tests:?})");
+    }
+    let rel = target_dir.join(TARGET).join("release");
+    Ok(Bins { profiler: rel.join("profiler"), busy: rel.join("busy"), tests })
+}
+
+/// The string value of `"key":"..."` in one line of cargo's JSON (no escapes in paths).
+fn json_str(line: &str, key: &str) -> Option<String> {
+    let pat = format!("\"{key}\":\"");
+    let start = line.find(&pat)? + pat.len();
+    let end = line[start..].find('"')? + start;
+    Some(line[start..end].to_owned())
+}
+
+// ------------------------------------------------------------------------------------------
+// The guest
+
+struct Outcome {
+    release: String,
+    /// Test name -> "ok" | "FAILED" | "ignored".
+    tests: BTreeMap<String, String>,
+    /// Exit codes of the test binaries, in order.
+    codes: Vec<i32>,
+    /// Where the guest's serial console and test output were kept (on failure).
+    logs: PathBuf,
+    first_error: Option<String>,
+}
+
+impl Outcome {
+    fn passed(&self) -> bool {
+        !self.codes.is_empty()
+            && self.codes.iter().all(|&c| c == 0)
+            && !self.tests.is_empty()
+            && self.tests.values().all(|v| v == "ok")
+    }
+}
+
+fn run_kernel(name: &str, k: &Kernel, bins: &Bins, work: &Path, filter: Option<&str>) -> Result<Outcome> {
+    let dir = work.join("runs").join(name);
+    let _ = fs::remove_dir_all(&dir);
+    let results = dir.join("results");
+    fs::create_dir_all(&results)?;
+    let initrd = dir.join("initramfs.cpio.gz");
+    build_initramfs(k, bins, work, &results, filter, &dir.join("initramfs"), &initrd)?;
+    let disk = dir.join("scratch.img");
+    fs::File::create(&disk)?.set_len(2 << 30)?; // sparse
+
+    run(Command::new("mkfs.ext4").args(["-q", "-F", "-L", "scratch"]).arg(&disk))?;
+    let serial = dir.join("serial.log");
+    eprintln!("vmtest: booting {name} ({}) under TCG; serial log {}", k.release, serial.display());
+    let mut qemu = Command::new("qemu-system-x86_64");
+    qemu.args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "2048"])
+        .args(["-display", "none", "-no-reboot", "-nodefaults"])
+        .arg("-serial")
+        .arg(format!("file:{}", serial.display()))
+        .arg("-kernel")
+        .arg(&k.vmlinuz)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args(["-append", "console=ttyS0 panic=-1 loglevel=4 rdinit=/init"])
+        .arg("-drive")
+        .arg(format!("file={},if=virtio,format=raw", disk.display()))
+        .arg("-virtfs")
+        .arg(format!("local,path={},mount_tag=share,security_model=none,id=share", work.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    let mut child = qemu.spawn().context("cannot start qemu-system-x86_64")?;
+    let deadline = Instant::now() + KERNEL_TIMEOUT;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let mut tests = BTreeMap::new();
+    let mut codes = Vec::new();
+    let mut text = String::new();
+    for i in 0..bins.tests.len() {
+        let out = fs::read_to_string(results.join(format!("{i}.txt"))).unwrap_or_default();
+        for line in out.lines() {
+            if let Some(rest) = line.strip_prefix("test ") {
+                if let Some((name, result)) = rest.split_once(" ... ") {
+                    let r = result.split([',', ' ']).next().unwrap_or("").to_owned();
+                    tests.insert(name.to_owned(), r);
+                }
+            }
+        }
+        if let Ok(rc) = fs::read_to_string(results.join(format!("{i}.rc"))) {
+            codes.push(rc.trim().parse().unwrap_or(-1));
+        }
+        text.push_str(&out);
+    }
+    let serial_text = fs::read_to_string(&serial).unwrap_or_default();
+    let first_error = text
+        .lines()
+        .chain(serial_text.lines())
+        .find(|l| l.contains("profiler: error:") || l.contains("panicked at") || l.contains("init: FAILED"))
+        .map(|l| l.trim().chars().take(240).collect());
+    let mut outcome = Outcome { release: k.release.clone(), tests, codes, logs: dir.clone(), first_error };
+    if status.is_none() {
+        outcome.first_error.get_or_insert_with(|| format!("timed out after {KERNEL_TIMEOUT:?}"));
+        outcome.codes.push(-1);
+    }
+    // Keep the logs of failed runs; drop the rest (the disk image is large).
+    let _ = fs::remove_file(&disk);
+    if outcome.passed() {
+        let _ = fs::remove_dir_all(dir.join("initramfs"));
+    }
+    Ok(outcome)
+}
+
+/// The guest's /init: mount what the tests need, load the modules, run the tests, power off.
+fn init_script(modules: &[String], bins: &Bins, work: &Path, results: &Path, filter: Option<&str>) -> String {
+    let mut s = String::from("#!/bin/busybox sh\n/bin/busybox --install -s /bin\nexport PATH=/bin\n");
+    s.push_str(
+        "mount -t proc proc /proc\nmount -t sysfs sysfs /sys\nmount -t devtmpfs devtmpfs /dev\n\
+         mount -t tmpfs tmpfs /tmp\n",
+    );
+    for m in modules {
+        s.push_str(&format!("insmod /modules/{m} || echo \"init: FAILED insmod {m}\"\n"));
+    }
+    let w = work.display();
+    s.push_str(&format!(
+        "mount -t cgroup2 cgroup2 /sys/fs/cgroup || echo 'init: FAILED cgroup2'\n\
+         echo '+cpu +io +memory +pids' > /sys/fs/cgroup/cgroup.subtree_control || echo 'init: FAILED controllers'\n\
+         mount -t bpf bpf /sys/fs/bpf\n\
+         mount -t tracefs tracefs /sys/kernel/tracing\n\
+         mkdir -p {w} /scratch\n\
+         mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 share {w} || echo 'init: FAILED 9p'\n\
+         mount -t ext4 /dev/vda /scratch || echo 'init: FAILED scratch disk'\n\
+         echo \"init: kernel $(uname -r), cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)\"\n\
+         cd /tmp\n\
+         export HOME=/tmp RUST_BACKTRACE=1 PROFILER_BIN={} BUSY_BIN={} PROFILER_SCRATCH=/scratch PROFILER_TEST_TIME_SCALE={TIME_SCALE}\n",
+        bins.profiler.display(),
+        bins.busy.display(),
+    ));
+    let filter = filter.map(|f| format!(" {f}")).unwrap_or_default();
+    for (i, t) in bins.tests.iter().enumerate() {
+        let r = results.display();
+        s.push_str(&format!(
+            "{} --test-threads=1 --include-ignored --show-output{filter} > {r}/{i}.txt 2>&1\necho $? > {r}/{i}.rc\n",
+            t.display()
+        ));
+    }
+    s.push_str("sync\necho 'init: done'\npoweroff -f\n");
+    s
+}
+
+fn build_initramfs(
+    k: &Kernel,
+    bins: &Bins,
+    work: &Path,
+    results: &Path,
+    filter: Option<&str>,
+    stage: &Path,
+    out: &Path,
+) -> Result<()> {
+    let _ = fs::remove_dir_all(stage);
+    for d in ["bin", "proc", "sys", "dev", "tmp", "modules"] {
+        fs::create_dir_all(stage.join(d))?;
+    }
+    fs::copy("/bin/busybox", stage.join("bin/busybox")).context("busybox-static is not installed")?;
+    let order = guest_modules(k, &stage.join("modules"))?;
+    let init = stage.join("init");
+    fs::write(&init, init_script(&order, bins, work, results, filter))?;
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))?;
+    // cpio -o -H newc, gzip.
+    let list = output(Command::new("find").arg(".").current_dir(stage))?;
+    let mut cpio = Command::new("cpio")
+        .args(["-o", "-H", "newc", "--quiet", "-R", "0:0"])
+        .current_dir(stage)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    cpio.stdin.take().unwrap().write_all(list.as_bytes())?;
+    let archive = cpio.wait_with_output()?;
+    if !archive.status.success() {
+        bail!("cpio failed");
+    }
+    let mut gz = Command::new("gzip").arg("-1").stdin(Stdio::piped()).stdout(fs::File::create(out)?).spawn()?;
+    gz.stdin.take().unwrap().write_all(&archive.stdout)?;
+    if !gz.wait()?.success() {
+        bail!("gzip failed");
+    }
+    Ok(())
+}
+
+/// Copy the modules the guest needs (and what they depend on), decompressed, into `dest`;
+/// returns them in load order. Modules built into the kernel are skipped.
+fn guest_modules(k: &Kernel, dest: &Path) -> Result<Vec<String>> {
+    let mut by_name: HashMap<String, PathBuf> = HashMap::new();
+    let mut stack = vec![k.modules.join("kernel")];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d)?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Some(n) = p.file_name().and_then(|n| n.to_str()) {
+                if let Some(stem) = n.split(".ko").next().filter(|_| n.contains(".ko")) {
+                    by_name.insert(stem.replace('-', "_"), p.clone());
+                }
+            }
+        }
+    }
+    let builtin = fs::read_to_string(k.modules.join("modules.builtin")).unwrap_or_default();
+    let is_builtin = |m: &str| {
+        builtin.lines().any(|l| {
+            l.rsplit('/').next().and_then(|f| f.strip_suffix(".ko")).map(|f| f.replace('-', "_")) == Some(m.to_owned())
+        })
+    };
+    let mut order = Vec::new();
+    let mut done = HashSet::new();
+    fn visit(
+        m: &str,
+        by_name: &HashMap<String, PathBuf>,
+        done: &mut HashSet<String>,
+        order: &mut Vec<(String, Vec<u8>)>,
+    ) -> Result<bool> {
+        let key = m.replace('-', "_");
+        if done.contains(&key) {
+            return Ok(true);
+        }
+        let Some(path) = by_name.get(&key) else { return Ok(false) };
+        done.insert(key.clone());
+        let bytes = decompress(path)?;
+        for dep in modinfo(&bytes, "depends").split(',').filter(|d| !d.is_empty()) {
+            visit(dep, by_name, done, order)?;
+        }
+        order.push((format!("{key}.ko"), bytes));
+        Ok(true)
+    }
+    for m in GUEST_MODULES {
+        let found = visit(m, &by_name, &mut done, &mut order)?;
+        if !found && !is_builtin(&m.replace('-', "_")) && !m.starts_with("crc32c") {
+            bail!("kernel {} has no module {m} and does not build it in", k.release);
+        }
+    }
+    let mut names = Vec::new();
+    for (name, bytes) in order {
+        fs::write(dest.join(&name), bytes)?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+fn decompress(path: &Path) -> Result<Vec<u8>> {
+    let name = path.to_string_lossy();
+    if name.ends_with(".xz") {
+        Ok(Command::new("xz").arg("-dc").arg(path).output()?.stdout)
+    } else if name.ends_with(".zst") {
+        Ok(Command::new("zstd").args(["-dcq"]).arg(path).output()?.stdout)
+    } else if name.ends_with(".gz") {
+        Ok(Command::new("gzip").arg("-dc").arg(path).output()?.stdout)
+    } else {
+        Ok(fs::read(path)?)
+    }
+}
+
+/// A field of a module's .modinfo section ("key=value" strings, NUL-separated).
+fn modinfo(ko: &[u8], key: &str) -> String {
+    let pat = format!("{key}=");
+    for s in ko.split(|&b| b == 0) {
+        if let Some(v) = s.strip_prefix(pat.as_bytes()) {
+            return String::from_utf8_lossy(v).into_owned();
+        }
+    }
+    String::new()
+}
+
+fn print_table(table: &[(String, String, Result<Outcome>)], took: Duration) {
+    let mut names: Vec<String> = Vec::new();
+    for (_, _, o) in table {
+        if let Ok(o) = o {
+            for t in o.tests.keys() {
+                if !names.contains(t) {
+                    names.push(t.clone());
+                }
+            }
+        }
+    }
+    names.sort();
+    println!("\nvmtest: results per kernel ({:.1} min in all)", took.as_secs_f64() / 60.0);
+    print!("{:<55}", "test");
+    for (n, rel, _) in table {
+        print!(" {:>22}", format!("{n} ({rel})").chars().take(22).collect::<String>());
+    }
+    println!();
+    for t in &names {
+        print!("{:<55}", t.chars().take(55).collect::<String>());
+        for (_, _, o) in table {
+            let r = match o {
+                Ok(o) => o.tests.get(t).cloned().unwrap_or_else(|| "-".into()),
+                Err(_) => "-".into(),
+            };
+            print!(" {r:>22}");
+        }
+        println!();
+    }
+    for (n, _, o) in table {
+        match o {
+            Ok(o) if o.passed() => println!("vmtest: {n}: all passed"),
+            Ok(o) => println!(
+                "vmtest: {n}: FAILED (exit codes {:?}){}; logs kept in {}",
+                o.codes,
+                o.first_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default(),
+                o.logs.display()
+            ),
+            Err(e) => println!("vmtest: {n}: could not run: {e:#}"),
+        }
+    }
+}
