@@ -760,7 +760,20 @@ pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
 fn try_rq_complete(rq: *const u8, nr_bytes: u32) -> Option<()> {
     let key = rq as u64;
     // SAFETY: plain data copied out.
-    let inf = unsafe { INFLIGHT.get(&key) }.copied()?;
+    let inf = match unsafe { INFLIGHT.get(&key) }.copied() {
+        Some(v) => v,
+        // Before 6.5: a request never issued (a cache flush that the flush machinery carried
+        // out for it) is still known by its bio.
+        None if global(&CONFIG.block_getrq_fallback) != 0 => {
+            let bio = rd_ptr(rq, off!(rq_bio)) as u64;
+            // SAFETY: plain data copied out.
+            let v = unsafe { BIO_ORIGIN.get(&bio) }.copied()?;
+            let _ = BIO_ORIGIN.remove(&bio);
+            let _ = INFLIGHT.insert(&key, &v, 0);
+            v
+        }
+        None => return None,
+    };
     let stats = stats_of(inf.exec_id);
     // A request may complete in parts; it is done when this part covers what is left.
     let left = rd::<u32>(rq, off!(rq_data_len));

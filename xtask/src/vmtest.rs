@@ -180,7 +180,7 @@ fn fetch_kernel(apt: &Apt, suite: &str, dir: &Path) -> Result<Kernel> {
         for alt in deps.split(',') {
             for dep in alt.split('|') {
                 let name = dep.split_whitespace().next().unwrap_or("");
-                let kernel_part = ["linux-image-", "linux-binary-", "linux-modules-"]
+                let kernel_part = ["linux-image-", "linux-binary-", "linux-modules-", "linux-base-"]
                     .iter()
                     .any(|p| name.starts_with(p) && name[p.len()..].starts_with(|c: char| c.is_ascii_digit()));
                 if kernel_part && seen.insert(name.to_owned()) {
@@ -253,10 +253,10 @@ fn build_static(work: &Path) -> Result<Bins> {
     }
     tests.retain(|p| {
         let n = p.file_name().unwrap().to_string_lossy();
-        n.starts_with("engine-") || n.starts_with("pure_v2-")
+        n.starts_with("engine-") || n.starts_with("vm-")
     });
     if tests.len() < 2 {
-        bail!("did not find the engine and pure_v2 test binaries ({tests:?})");
+        bail!("did not find the engine and vm test binaries ({tests:?})");
     }
     let rel = target_dir.join(TARGET).join("release");
     Ok(Bins { profiler: rel.join("profiler"), busy: rel.join("busy"), tests })
@@ -466,7 +466,8 @@ fn guest_modules(k: &Kernel, dest: &Path) -> Result<Vec<String>> {
             }
         }
     }
-    let builtin = fs::read_to_string(k.modules.join("modules.builtin")).unwrap_or_default();
+    let builtin = fs::read_to_string(k.modules.join("modules.builtin"))
+        .with_context(|| format!("kernel {} packages have no modules.builtin", k.release))?;
     let is_builtin = |m: &str| {
         builtin.lines().any(|l| {
             l.rsplit('/').next().and_then(|f| f.strip_suffix(".ko")).map(|f| f.replace('-', "_")) == Some(m.to_owned())

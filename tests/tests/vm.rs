@@ -1,6 +1,7 @@
-//! Tests that need a pure cgroup v2 host with the io and memory controllers (cgroup
-//! writeback, io.stat). `cargo xtask vmtest` runs them inside VMs set up that way; on a hybrid
-//! host they are listed as ignored, with the reason.
+//! Tests that need what the VMs of `cargo xtask vmtest` have and the project's own machines
+//! lack: pure cgroup v2 with the io and memory controllers (cgroup writeback, io.stat), and a
+//! scratch block device the test may open. On other hosts they are listed as ignored, with
+//! the reason.
 
 use std::{
     fs,
@@ -125,6 +126,47 @@ fn writeback_is_charged_to_the_exec_that_dirtied() {
     assert!(written >= 32 * MIB, "writeback charged to the writer: {written}");
     let synced = u(&srec["disk"]["write_bytes"]);
     assert!(synced < MIB, "the syncer did not dirty the data: {synced}");
+    p.stop();
+    let _ = fs::remove_dir_all(&scratch);
+}
+
+/// The device node of the disk under `path`, and whether it has a volatile write cache.
+fn disk_of(path: &Path) -> (String, bool) {
+    let dev = fs::metadata(path).unwrap().dev();
+    let sys = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
+    let uevent = fs::read_to_string(format!("{sys}/uevent")).unwrap();
+    let name = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME=")).unwrap().to_owned();
+    // A partition's queue is its disk's.
+    for q in [format!("{sys}/queue/write_cache"), format!("{sys}/../queue/write_cache")] {
+        if let Ok(v) = fs::read_to_string(&q) {
+            return (format!("/dev/{name}"), v.trim() == "write back");
+        }
+    }
+    panic!("no write_cache for the disk under {}", path.display());
+}
+
+/// A cache flush is counted for the exec that asked for it. fsync of the disk's device node
+/// flushes its cache from the exec's own context (a file's fsync may leave that to the
+/// journal thread), when the disk says it has a volatile cache.
+#[test]
+#[ignore = "needs a scratch block device the test may open: run by cargo xtask vmtest"]
+fn cache_flush_is_counted() {
+    let cg = TestCgroup::new("flush");
+    let scratch = scratch_dir("flush");
+    let (node, cached) = disk_of(&scratch);
+    let p = Attached::start(&cg, &[]);
+    let e = cg.child("job");
+    run_in(&e, &["sync", &node]);
+    let id = cgroup_id(&e);
+    rmdir(&e);
+    let rec = p.wait_ended(id, secs(60));
+    let flushes = u(&rec["disk"]["flush_requests"]);
+    if cached {
+        assert!(flushes >= 1, "fsync of {node} sends a cache flush: {rec}");
+    } else {
+        assert_eq!(flushes, 0, "no cache, no flush requests: {rec}");
+    }
+    eprintln!("MEASURED cache flushes of `sync {node}` (write cache: {cached}): {flushes}");
     p.stop();
     let _ = fs::remove_dir_all(&scratch);
 }
