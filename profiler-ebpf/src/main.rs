@@ -692,7 +692,12 @@ fn bio_origin(bio: *const u8, opf: u32) -> Option<Inflight> {
         _ => OP_OTHER,
     };
     let preflush = preflush_bit < 32 && opf & (1u32 << (preflush_bit & 31)) != 0;
-    Some(Inflight { exec_id, issue_ns: 0, op, preflush: preflush as u32 })
+    Some(Inflight {
+        exec_id,
+        issue_ns: 0,
+        op,
+        preflush: preflush as u32,
+    })
 }
 
 #[inline(always)]

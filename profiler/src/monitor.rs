@@ -117,7 +117,9 @@ impl Monitor {
         }
         let block_getrq_fallback = !kbtf.has_tracepoint(BLOCK_START);
         if block_getrq_fallback && !kbtf.has_tracepoint(BLOCK_START_FALLBACK) {
-            bail!("kernel {release} lacks the tracepoints {BLOCK_START} and {BLOCK_START_FALLBACK}: profiler cannot attach here");
+            bail!(
+                "kernel {release} lacks the tracepoints {BLOCK_START} and {BLOCK_START_FALLBACK}: profiler cannot attach here"
+            );
         }
         if !kbtf.has_func("bpf_iter_task") {
             bail!("kernel {release} lacks BPF task iterators (Linux 5.8 or later has them)");

@@ -66,7 +66,11 @@ impl Probes {
         limits: Limits,
         btf: aya::Btf,
     ) -> Result<Self> {
-        let block_start = if config.block_getrq_fallback != 0 { BLOCK_START_FALLBACK } else { BLOCK_START };
+        let block_start = if config.block_getrq_fallback != 0 {
+            BLOCK_START_FALLBACK
+        } else {
+            BLOCK_START
+        };
         // Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones to the memory
         // cgroup. Raising the limit may be refused (no CAP_SYS_RESOURCE): harmless on 5.11+.
         let rlim = libc::rlimit {
@@ -105,7 +109,11 @@ impl Probes {
             events,
             drops,
         };
-        for name in CGROUP_PROGRAMS.iter().chain(TASK_PROGRAMS).chain([&block_start]) {
+        for name in CGROUP_PROGRAMS
+            .iter()
+            .chain(TASK_PROGRAMS)
+            .chain([&block_start])
+        {
             probes.load_tracepoint(name)?;
         }
         let btf = probes.btf.clone();

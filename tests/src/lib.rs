@@ -33,7 +33,10 @@ pub fn profiler_bin() -> PathBuf {
 
 /// A test timeout, stretched by PROFILER_TEST_TIME_SCALE (the VM tests run under emulation).
 pub fn secs(n: u64) -> Duration {
-    let scale: f64 = std::env::var("PROFILER_TEST_TIME_SCALE").ok().and_then(|v| v.parse().ok()).unwrap_or(1.0);
+    let scale: f64 = std::env::var("PROFILER_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0);
     Duration::from_secs_f64(n as f64 * scale.max(1.0))
 }
 
@@ -42,7 +45,10 @@ pub fn as_nobody(cmd: &mut Command) -> &mut Command {
     // SAFETY: only setgroups/setgid/setuid between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -208,7 +214,10 @@ pub fn schedstat(pid: u32) -> (u64, u64) {
 pub fn scratch_dir(name: &str) -> PathBuf {
     let root = match std::env::var("PROFILER_SCRATCH") {
         Ok(p) => PathBuf::from(p),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target/io-scratch"),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .join("target/io-scratch"),
     };
     let d = root.join(format!("{name}-{}", std::process::id()));
     fs::create_dir_all(&d).unwrap();

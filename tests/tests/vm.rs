@@ -14,7 +14,8 @@ use std::{
 use profiler_tests::*;
 
 const MIB: u64 = 1024 * 1024;
-const NEEDS: &str = "needs pure cgroup v2 with the io and memory controllers: run by cargo xtask vmtest";
+const NEEDS: &str =
+    "needs pure cgroup v2 with the io and memory controllers: run by cargo xtask vmtest";
 
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
@@ -81,7 +82,10 @@ fn direct_io_agrees_with_io_stat() {
     let rec = p.wait_ended(id, secs(60));
     let w = u(&rec["disk"]["write_bytes"]);
     let r = u(&rec["disk"]["read_bytes"]);
-    assert!(wbytes >= 32 * MIB && rbytes >= 32 * MIB, "io.stat {rbytes}/{wbytes}");
+    assert!(
+        wbytes >= 32 * MIB && rbytes >= 32 * MIB,
+        "io.stat {rbytes}/{wbytes}"
+    );
     assert!(report("direct write bytes vs io.stat", w as f64, wbytes as f64) <= 0.01);
     assert!(report("direct read bytes vs io.stat", r as f64, rbytes as f64) <= 0.01);
     p.stop();
@@ -102,7 +106,10 @@ fn writeback_is_charged_to_the_exec_that_dirtied() {
     let syncer = cg.child("syncer");
     let f = scratch.join("data");
     // Dirty 32 MiB, then stay alive while writeback runs.
-    let script = format!("dd if=/dev/zero of={} bs=1M count=32 status=none && sleep 600", f.display());
+    let script = format!(
+        "dd if=/dev/zero of={} bs=1M count=32 status=none && sleep 600",
+        f.display()
+    );
     let mut w = spawn_in(&writer, &["sh", "-c", &script]);
     let deadline = Instant::now() + secs(60);
     while fs::metadata(&f).map(|m| m.len()).unwrap_or(0) < 32 * MIB {
@@ -123,7 +130,10 @@ fn writeback_is_charged_to_the_exec_that_dirtied() {
     let written = u(&wrec["disk"]["write_bytes"]);
     assert!(wbytes >= 32 * MIB, "io.stat charges the writer: {wbytes}");
     assert!(report("writeback bytes vs io.stat", written as f64, wbytes as f64) <= 0.01);
-    assert!(written >= 32 * MIB, "writeback charged to the writer: {written}");
+    assert!(
+        written >= 32 * MIB,
+        "writeback charged to the writer: {written}"
+    );
     let synced = u(&srec["disk"]["write_bytes"]);
     assert!(synced < MIB, "the syncer did not dirty the data: {synced}");
     p.stop();
@@ -135,9 +145,16 @@ fn disk_of(path: &Path) -> (String, bool) {
     let dev = fs::metadata(path).unwrap().dev();
     let sys = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
     let uevent = fs::read_to_string(format!("{sys}/uevent")).unwrap();
-    let name = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME=")).unwrap().to_owned();
+    let name = uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVNAME="))
+        .unwrap()
+        .to_owned();
     // A partition's queue is its disk's.
-    for q in [format!("{sys}/queue/write_cache"), format!("{sys}/../queue/write_cache")] {
+    for q in [
+        format!("{sys}/queue/write_cache"),
+        format!("{sys}/../queue/write_cache"),
+    ] {
         if let Ok(v) = fs::read_to_string(&q) {
             return (format!("/dev/{name}"), v.trim() == "write back");
         }

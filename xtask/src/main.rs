@@ -64,7 +64,10 @@ fn main() -> Result<()> {
             if host_only {
                 return Ok(());
             }
-            vmtest::vmtest(vmtest::Options { kernels: Vec::new(), filter })
+            vmtest::vmtest(vmtest::Options {
+                kernels: Vec::new(),
+                filter,
+            })
         }
         Task::Vmtest { kernels, filter } => {
             setup()?;
@@ -210,7 +213,11 @@ pub(crate) fn ensure_debian_packages(wanted: &[(&str, &str)]) -> Result<()> {
             || Path::new("/usr/sbin").join(cmd).is_file()
             || Path::new("/sbin").join(cmd).is_file()
     };
-    let missing: Vec<&str> = wanted.iter().filter(|(_, cmd)| !on_path(cmd)).map(|(p, _)| *p).collect();
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|(_, cmd)| !on_path(cmd))
+        .map(|(p, _)| *p)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }

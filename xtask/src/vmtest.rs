@@ -67,7 +67,10 @@ pub fn vmtest(opts: Options) -> Result<()> {
         .filter(|(name, _)| opts.kernels.is_empty() || opts.kernels.iter().any(|k| k == name))
         .collect();
     if selected.is_empty() {
-        bail!("no kernel of the matrix is named {:?}; the matrix is {KERNELS:?}", opts.kernels);
+        bail!(
+            "no kernel of the matrix is named {:?}; the matrix is {KERNELS:?}",
+            opts.kernels
+        );
     }
     let bins = build_static(&work)?;
     let apt = Apt::new(&work.join("apt"))?;
@@ -79,8 +82,14 @@ pub fn vmtest(opts: Options) -> Result<()> {
             let kernel = fetch_kernel(&apt, suite, &work.join("kernels").join(name))?;
             run_kernel(name, &kernel, &bins, &work, opts.filter.as_deref())
         })();
-        eprintln!("vmtest: kernel {name} done in {:.0}s", t.elapsed().as_secs_f64());
-        let release = outcome.as_ref().map(|o| o.release.clone()).unwrap_or_default();
+        eprintln!(
+            "vmtest: kernel {name} done in {:.0}s",
+            t.elapsed().as_secs_f64()
+        );
+        let release = outcome
+            .as_ref()
+            .map(|o| o.release.clone())
+            .unwrap_or_default();
         table.push((name.to_owned(), release, outcome));
     }
     print_table(&table, started.elapsed());
@@ -110,10 +119,14 @@ impl Apt {
         let keyring = "/usr/share/keyrings/debian-archive-keyring.gpg";
         let mut sources = String::new();
         for suite in KERNELS.iter().map(|(_, s)| *s).collect::<HashSet<_>>() {
-            sources.push_str(&format!("deb [signed-by={keyring}] http://deb.debian.org/debian {suite} main\n"));
+            sources.push_str(&format!(
+                "deb [signed-by={keyring}] http://deb.debian.org/debian {suite} main\n"
+            ));
         }
         fs::write(dir.join("sources.list"), sources)?;
-        let apt = Self { dir: dir.to_path_buf() };
+        let apt = Self {
+            dir: dir.to_path_buf(),
+        };
         run(apt.cmd("apt-get").args(["-q", "update"]))?;
         Ok(apt)
     }
@@ -145,7 +158,12 @@ impl Apt {
         run(c.args(["download", pkg]))?;
         debs(dir)?
             .into_iter()
-            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{pkg}_")))
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&format!("{pkg}_"))
+            })
             .with_context(|| format!("apt-get download {pkg} left no .deb"))
     }
 }
@@ -175,14 +193,26 @@ fn fetch_kernel(apt: &Apt, suite: &str, dir: &Path) -> Result<Kernel> {
     let mut seen = HashSet::new();
     let mut all = Vec::new();
     while let Some(deb) = todo.pop() {
-        let deps = output(Command::new("dpkg-deb").args(["-f"]).arg(&deb).arg("Depends"))?;
+        let deps = output(
+            Command::new("dpkg-deb")
+                .args(["-f"])
+                .arg(&deb)
+                .arg("Depends"),
+        )?;
         all.push(deb);
         for alt in deps.split(',') {
             for dep in alt.split('|') {
                 let name = dep.split_whitespace().next().unwrap_or("");
-                let kernel_part = ["linux-image-", "linux-binary-", "linux-modules-", "linux-base-"]
-                    .iter()
-                    .any(|p| name.starts_with(p) && name[p.len()..].starts_with(|c: char| c.is_ascii_digit()));
+                let kernel_part = [
+                    "linux-image-",
+                    "linux-binary-",
+                    "linux-modules-",
+                    "linux-base-",
+                ]
+                .iter()
+                .any(|p| {
+                    name.starts_with(p) && name[p.len()..].starts_with(|c: char| c.is_ascii_digit())
+                });
                 if kernel_part && seen.insert(name.to_owned()) {
                     todo.push(apt.download(name, None, &debs_dir)?);
                 }
@@ -205,13 +235,21 @@ fn fetch_kernel(apt: &Apt, suite: &str, dir: &Path) -> Result<Kernel> {
             }
         }
     }
-    let modules = modules.with_context(|| format!("no module tree in the {suite} kernel packages"))?;
+    let modules =
+        modules.with_context(|| format!("no module tree in the {suite} kernel packages"))?;
     let release = modules.file_name().unwrap().to_string_lossy().into_owned();
-    let vmlinuz = [root.join(format!("boot/vmlinuz-{release}")), modules.join("vmlinuz")]
-        .into_iter()
-        .find(|p| p.exists())
-        .with_context(|| format!("no vmlinuz for {release}"))?;
-    Ok(Kernel { vmlinuz, release, modules })
+    let vmlinuz = [
+        root.join(format!("boot/vmlinuz-{release}")),
+        modules.join("vmlinuz"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .with_context(|| format!("no vmlinuz for {release}"))?;
+    Ok(Kernel {
+        vmlinuz,
+        release,
+        modules,
+    })
 }
 
 // ------------------------------------------------------------------------------------------
@@ -231,13 +269,32 @@ fn build_static(work: &Path) -> Result<Bins> {
     let mut build = crate::cargo();
     build
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .args(["build", "--release", "--target", TARGET, "-p", "profiler", "-p", "profiler-tests", "--bins"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            TARGET,
+            "-p",
+            "profiler",
+            "-p",
+            "profiler-tests",
+            "--bins",
+        ])
         .arg("--target-dir")
         .arg(&target_dir);
     run(&mut build)?;
     let mut t = crate::cargo();
     t.env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .args(["test", "--release", "--target", TARGET, "--no-run", "--message-format=json", "-p", "profiler-tests"])
+        .args([
+            "test",
+            "--release",
+            "--target",
+            TARGET,
+            "--no-run",
+            "--message-format=json",
+            "-p",
+            "profiler-tests",
+        ])
         .arg("--target-dir")
         .arg(&target_dir)
         .stderr(Stdio::inherit());
@@ -245,10 +302,11 @@ fn build_static(work: &Path) -> Result<Bins> {
     let mut tests = Vec::new();
     for line in out.lines() {
         // {"reason":"compiler-artifact",...,"profile":{"test":true},...,"executable":"/path"}
-        if line.contains("\"reason\":\"compiler-artifact\"") && line.contains("\"test\":true") {
-            if let Some(exe) = json_str(line, "executable") {
-                tests.push(PathBuf::from(exe));
-            }
+        if line.contains("\"reason\":\"compiler-artifact\"")
+            && line.contains("\"test\":true")
+            && let Some(exe) = json_str(line, "executable")
+        {
+            tests.push(PathBuf::from(exe));
         }
     }
     tests.retain(|p| {
@@ -259,7 +317,11 @@ fn build_static(work: &Path) -> Result<Bins> {
         bail!("did not find the engine and vm test binaries ({tests:?})");
     }
     let rel = target_dir.join(TARGET).join("release");
-    Ok(Bins { profiler: rel.join("profiler"), busy: rel.join("busy"), tests })
+    Ok(Bins {
+        profiler: rel.join("profiler"),
+        busy: rel.join("busy"),
+        tests,
+    })
 }
 
 /// The string value of `"key":"..."` in one line of cargo's JSON (no escapes in paths).
@@ -293,19 +355,39 @@ impl Outcome {
     }
 }
 
-fn run_kernel(name: &str, k: &Kernel, bins: &Bins, work: &Path, filter: Option<&str>) -> Result<Outcome> {
+fn run_kernel(
+    name: &str,
+    k: &Kernel,
+    bins: &Bins,
+    work: &Path,
+    filter: Option<&str>,
+) -> Result<Outcome> {
     let dir = work.join("runs").join(name);
     let _ = fs::remove_dir_all(&dir);
     let results = dir.join("results");
     fs::create_dir_all(&results)?;
     let initrd = dir.join("initramfs.cpio.gz");
-    build_initramfs(k, bins, work, &results, filter, &dir.join("initramfs"), &initrd)?;
+    build_initramfs(
+        k,
+        bins,
+        work,
+        &results,
+        filter,
+        &dir.join("initramfs"),
+        &initrd,
+    )?;
     let disk = dir.join("scratch.img");
     fs::File::create(&disk)?.set_len(2 << 30)?; // sparse
 
-    run(Command::new("mkfs.ext4").args(["-q", "-F", "-L", "scratch"]).arg(&disk))?;
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "scratch"])
+        .arg(&disk))?;
     let serial = dir.join("serial.log");
-    eprintln!("vmtest: booting {name} ({}) under TCG; serial log {}", k.release, serial.display());
+    eprintln!(
+        "vmtest: booting {name} ({}) under TCG; serial log {}",
+        k.release,
+        serial.display()
+    );
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "2048"])
         .args(["-display", "none", "-no-reboot", "-nodefaults"])
@@ -319,7 +401,10 @@ fn run_kernel(name: &str, k: &Kernel, bins: &Bins, work: &Path, filter: Option<&
         .arg("-drive")
         .arg(format!("file={},if=virtio,format=raw", disk.display()))
         .arg("-virtfs")
-        .arg(format!("local,path={},mount_tag=share,security_model=none,id=share", work.display()))
+        .arg(format!(
+            "local,path={},mount_tag=share,security_model=none,id=share",
+            work.display()
+        ))
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     let mut child = qemu.spawn().context("cannot start qemu-system-x86_64")?;
@@ -341,11 +426,11 @@ fn run_kernel(name: &str, k: &Kernel, bins: &Bins, work: &Path, filter: Option<&
     for i in 0..bins.tests.len() {
         let out = fs::read_to_string(results.join(format!("{i}.txt"))).unwrap_or_default();
         for line in out.lines() {
-            if let Some(rest) = line.strip_prefix("test ") {
-                if let Some((name, result)) = rest.split_once(" ... ") {
-                    let r = result.split([',', ' ']).next().unwrap_or("").to_owned();
-                    tests.insert(name.to_owned(), r);
-                }
+            if let Some(rest) = line.strip_prefix("test ")
+                && let Some((name, result)) = rest.split_once(" ... ")
+            {
+                let r = result.split([',', ' ']).next().unwrap_or("").to_owned();
+                tests.insert(name.to_owned(), r);
             }
         }
         if let Ok(rc) = fs::read_to_string(results.join(format!("{i}.rc"))) {
@@ -357,11 +442,23 @@ fn run_kernel(name: &str, k: &Kernel, bins: &Bins, work: &Path, filter: Option<&
     let first_error = text
         .lines()
         .chain(serial_text.lines())
-        .find(|l| l.contains("profiler: error:") || l.contains("panicked at") || l.contains("init: FAILED"))
+        .find(|l| {
+            l.contains("profiler: error:")
+                || l.contains("panicked at")
+                || l.contains("init: FAILED")
+        })
         .map(|l| l.trim().chars().take(240).collect());
-    let mut outcome = Outcome { release: k.release.clone(), tests, codes, logs: dir.clone(), first_error };
+    let mut outcome = Outcome {
+        release: k.release.clone(),
+        tests,
+        codes,
+        logs: dir.clone(),
+        first_error,
+    };
     if status.is_none() {
-        outcome.first_error.get_or_insert_with(|| format!("timed out after {KERNEL_TIMEOUT:?}"));
+        outcome
+            .first_error
+            .get_or_insert_with(|| format!("timed out after {KERNEL_TIMEOUT:?}"));
         outcome.codes.push(-1);
     }
     // Keep the logs of failed runs; drop the rest (the disk image is large).
@@ -373,14 +470,23 @@ fn run_kernel(name: &str, k: &Kernel, bins: &Bins, work: &Path, filter: Option<&
 }
 
 /// The guest's /init: mount what the tests need, load the modules, run the tests, power off.
-fn init_script(modules: &[String], bins: &Bins, work: &Path, results: &Path, filter: Option<&str>) -> String {
-    let mut s = String::from("#!/bin/busybox sh\n/bin/busybox --install -s /bin\nexport PATH=/bin\n");
+fn init_script(
+    modules: &[String],
+    bins: &Bins,
+    work: &Path,
+    results: &Path,
+    filter: Option<&str>,
+) -> String {
+    let mut s =
+        String::from("#!/bin/busybox sh\n/bin/busybox --install -s /bin\nexport PATH=/bin\n");
     s.push_str(
         "mount -t proc proc /proc\nmount -t sysfs sysfs /sys\nmount -t devtmpfs devtmpfs /dev\n\
          mount -t tmpfs tmpfs /tmp\n",
     );
     for m in modules {
-        s.push_str(&format!("insmod /modules/{m} || echo \"init: FAILED insmod {m}\"\n"));
+        s.push_str(&format!(
+            "insmod /modules/{m} || echo \"init: FAILED insmod {m}\"\n"
+        ));
     }
     let w = work.display();
     s.push_str(&format!(
@@ -422,7 +528,8 @@ fn build_initramfs(
     for d in ["bin", "proc", "sys", "dev", "tmp", "modules"] {
         fs::create_dir_all(stage.join(d))?;
     }
-    fs::copy("/bin/busybox", stage.join("bin/busybox")).context("busybox-static is not installed")?;
+    fs::copy("/bin/busybox", stage.join("bin/busybox"))
+        .context("busybox-static is not installed")?;
     let order = guest_modules(k, &stage.join("modules"))?;
     let init = stage.join("init");
     fs::write(&init, init_script(&order, bins, work, results, filter))?;
@@ -441,7 +548,11 @@ fn build_initramfs(
     if !archive.status.success() {
         bail!("cpio failed");
     }
-    let mut gz = Command::new("gzip").arg("-1").stdin(Stdio::piped()).stdout(fs::File::create(out)?).spawn()?;
+    let mut gz = Command::new("gzip")
+        .arg("-1")
+        .stdin(Stdio::piped())
+        .stdout(fs::File::create(out)?)
+        .spawn()?;
     gz.stdin.take().unwrap().write_all(&archive.stdout)?;
     if !gz.wait()?.success() {
         bail!("gzip failed");
@@ -459,10 +570,10 @@ fn guest_modules(k: &Kernel, dest: &Path) -> Result<Vec<String>> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if let Some(n) = p.file_name().and_then(|n| n.to_str()) {
-                if let Some(stem) = n.split(".ko").next().filter(|_| n.contains(".ko")) {
-                    by_name.insert(stem.replace('-', "_"), p.clone());
-                }
+            } else if let Some(n) = p.file_name().and_then(|n| n.to_str())
+                && let Some(stem) = n.split(".ko").next().filter(|_| n.contains(".ko"))
+            {
+                by_name.insert(stem.replace('-', "_"), p.clone());
             }
         }
     }
@@ -470,7 +581,11 @@ fn guest_modules(k: &Kernel, dest: &Path) -> Result<Vec<String>> {
         .with_context(|| format!("kernel {} packages have no modules.builtin", k.release))?;
     let is_builtin = |m: &str| {
         builtin.lines().any(|l| {
-            l.rsplit('/').next().and_then(|f| f.strip_suffix(".ko")).map(|f| f.replace('-', "_")) == Some(m.to_owned())
+            l.rsplit('/')
+                .next()
+                .and_then(|f| f.strip_suffix(".ko"))
+                .map(|f| f.replace('-', "_"))
+                == Some(m.to_owned())
         })
     };
     let mut order = Vec::new();
@@ -485,10 +600,15 @@ fn guest_modules(k: &Kernel, dest: &Path) -> Result<Vec<String>> {
         if done.contains(&key) {
             return Ok(true);
         }
-        let Some(path) = by_name.get(&key) else { return Ok(false) };
+        let Some(path) = by_name.get(&key) else {
+            return Ok(false);
+        };
         done.insert(key.clone());
         let bytes = decompress(path)?;
-        for dep in modinfo(&bytes, "depends").split(',').filter(|d| !d.is_empty()) {
+        for dep in modinfo(&bytes, "depends")
+            .split(',')
+            .filter(|d| !d.is_empty())
+        {
             visit(dep, by_name, done, order)?;
         }
         order.push((format!("{key}.ko"), bytes));
@@ -497,7 +617,10 @@ fn guest_modules(k: &Kernel, dest: &Path) -> Result<Vec<String>> {
     for m in GUEST_MODULES {
         let found = visit(m, &by_name, &mut done, &mut order)?;
         if !found && !is_builtin(&m.replace('-', "_")) && !m.starts_with("crc32c") {
-            bail!("kernel {} has no module {m} and does not build it in", k.release);
+            bail!(
+                "kernel {} has no module {m} and does not build it in",
+                k.release
+            );
         }
     }
     let mut names = Vec::new();
@@ -513,7 +636,11 @@ fn decompress(path: &Path) -> Result<Vec<u8>> {
     if name.ends_with(".xz") {
         Ok(Command::new("xz").arg("-dc").arg(path).output()?.stdout)
     } else if name.ends_with(".zst") {
-        Ok(Command::new("zstd").args(["-dcq"]).arg(path).output()?.stdout)
+        Ok(Command::new("zstd")
+            .args(["-dcq"])
+            .arg(path)
+            .output()?
+            .stdout)
     } else if name.ends_with(".gz") {
         Ok(Command::new("gzip").arg("-dc").arg(path).output()?.stdout)
     } else {
@@ -544,10 +671,16 @@ fn print_table(table: &[(String, String, Result<Outcome>)], took: Duration) {
         }
     }
     names.sort();
-    println!("\nvmtest: results per kernel ({:.1} min in all)", took.as_secs_f64() / 60.0);
+    println!(
+        "\nvmtest: results per kernel ({:.1} min in all)",
+        took.as_secs_f64() / 60.0
+    );
     print!("{:<55}", "test");
     for (n, rel, _) in table {
-        print!(" {:>22}", format!("{n} ({rel})").chars().take(22).collect::<String>());
+        print!(
+            " {:>22}",
+            format!("{n} ({rel})").chars().take(22).collect::<String>()
+        );
     }
     println!();
     for t in &names {
@@ -567,7 +700,10 @@ fn print_table(table: &[(String, String, Result<Outcome>)], took: Duration) {
             Ok(o) => println!(
                 "vmtest: {n}: FAILED (exit codes {:?}){}; logs kept in {}",
                 o.codes,
-                o.first_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default(),
+                o.first_error
+                    .as_ref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default(),
                 o.logs.display()
             ),
             Err(e) => println!("vmtest: {n}: could not run: {e:#}"),
