@@ -17,7 +17,7 @@
 use core::{
     ffi::c_void,
     intrinsics::{AtomicOrdering, atomic_xadd},
-    ptr::{null, read_volatile},
+    ptr::read_volatile,
 };
 
 use aya_ebpf::{

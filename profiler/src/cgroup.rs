@@ -215,6 +215,13 @@ pub fn kill_and_remove(dir: &Path, timeout: Duration) -> Result<()> {
         return Ok(());
     }
     let deadline = Instant::now() + timeout;
+    kill_all(dir, timeout)?;
+    remove_tree(dir, deadline)
+}
+
+/// Kill every process in the cgroup subtree and wait up to `timeout` until it is empty.
+pub fn kill_all(dir: &Path, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
     // cgroup.kill (Linux 5.14+) kills the whole subtree at once; else SIGKILL each process.
     loop {
         if !populated(dir) {
@@ -247,7 +254,7 @@ pub fn kill_and_remove(dir: &Path, timeout: Duration) -> Result<()> {
         }
         thread::sleep(Duration::from_millis(5));
     }
-    remove_tree(dir, deadline)
+    Ok(())
 }
 
 fn remove_tree(dir: &Path, deadline: Instant) -> Result<()> {

@@ -66,9 +66,13 @@ pub struct CommonArgs {
     /// Most cgroups (execs and their descendants) followed at once.
     #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_cgroups: u32,
-    /// How long to wait for an ended exec's last tasks to be freed before reporting it.
+    /// How long to wait for an ended exec's last tasks to be collected before reporting it.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// How often the cgroup files (pressure, cpu.stat, io.stat, memory.*, pids.*) of running
+    /// execs are read.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub sample_interval: Duration,
     /// Print the run count and mean run time of each eBPF program on exit
     /// (enables the kernel's BPF statistics while running).
     #[arg(long)]
@@ -245,6 +249,8 @@ async fn attach(args: AttachArgs) -> Result<i32> {
     live_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut sweep_tick = interval(Duration::from_secs(5));
     sweep_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut sample_tick = interval(args.common.sample_interval.max(Duration::from_millis(10)));
+    sample_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let output = args.common.output;
     let mut recent: Vec<String> = Vec::new();
     loop {
@@ -257,6 +263,10 @@ async fn attach(args: AttachArgs) -> Result<i32> {
             _ = sweep_tick.tick() => {
                 mon.sweep();
                 mon.poll()
+            }
+            _ = sample_tick.tick() => {
+                mon.sample_files();
+                Vec::new()
             }
             _ = live_tick.tick(), if args.live => {
                 let rows = mon.live()?;
@@ -356,10 +366,12 @@ async fn run(args: RunArgs) -> Result<i32> {
     // SAFETY: the pidfd belongs to `child`, which outlives `exited`.
     let exited = unsafe { watch(child.pidfd.as_raw_fd())? };
     let mut tick = interval(Duration::from_millis(100));
+    let mut sample_tick = interval(args.common.sample_interval.max(Duration::from_millis(10)));
     loop {
         tokio::select! {
             _ = exited.readable() => break,
             _ = tick.tick() => { mon.poll(); }
+            _ = sample_tick.tick() => mon.sample_files(),
             // The terminal sends SIGINT to the whole foreground group, the command included.
             _ = sigint.recv() => {}
             _ = sigterm.recv() => {
@@ -370,7 +382,12 @@ async fn run(args: RunArgs) -> Result<i32> {
     }
     let (code, status) = wait_exit_code(child.pid)?;
     let leftovers = cgroup::populated(&dir);
-    drop(guard); // kill what is left, remove the cgroup
+    if leftovers {
+        cgroup::kill_all(&dir, Duration::from_secs(5))?;
+    }
+    // The exec is empty and its cgroup still there: its files hold their final values.
+    mon.sample_final(exec_id);
+    drop(guard); // remove the cgroup
     let deadline = tokio::time::Instant::now() + args.common.grace + Duration::from_secs(1);
     let mut report = None;
     while report.is_none() && tokio::time::Instant::now() < deadline {

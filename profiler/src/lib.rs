@@ -4,6 +4,7 @@
 //! userspace model of execs ([`execs`], driven by [`monitor`]) -> records ([`report`]).
 
 pub mod cgroup;
+pub mod cgroup_files;
 pub mod commands;
 pub mod execs;
 pub mod kernel_layout;

@@ -13,6 +13,7 @@ use profiler_common::*;
 
 use crate::{
     cgroup::{self, Hierarchy},
+    cgroup_files::{ExecFiles, Layout as FileLayout},
     execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
     kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
     probes::{Limits, Probes, ProgramCost, kernel_release},
@@ -37,6 +38,9 @@ pub struct Options {
 pub struct Monitor {
     probes: Probes,
     pub execs: Execs,
+    /// The cgroup files of each exec.
+    files: HashMap<u64, ExecFiles>,
+    file_layout: FileLayout,
     opts: Options,
     /// Rolled-up cgroups that were removed, with when to forget their mapping.
     forget: Vec<(u64, Instant)>,
@@ -164,6 +168,7 @@ impl Monitor {
         let base_path = hierarchy.kernel_path(&opts.cgroup);
         let mut execs = Execs::new(&base_path, opts.keep_procs);
         register_existing(&mut probes, &mut execs, &hierarchy, &opts)?;
+        let file_layout = FileLayout::discover(&hierarchy.mount);
         let partial_procs = take_baselines(&mut probes, &mut execs)?;
         probes.attach_task_programs()?;
         for (exec, tgid) in partial_procs {
@@ -172,16 +177,22 @@ impl Monitor {
                 e.procs.set_args_if_unknown(tgid, &comm, args);
             }
         }
-        Ok(Self {
+        let mut mon = Self {
             probes,
             execs,
+            files: HashMap::new(),
+            file_layout,
             opts,
             forget: Vec::new(),
             layout,
             drops_seen: [0; DROP_COUNTERS as usize],
             notes,
             notices,
-        })
+        };
+        for id in mon.execs.ids() {
+            mon.open_files(id);
+        }
+        Ok(mon)
     }
 
     /// What to say once at start: how figures are measured here and what is degraded.
@@ -199,14 +210,51 @@ impl Monitor {
 
     /// Read every pending ring-buffer record into the model.
     fn drain(&mut self) {
+        let mut created = Vec::new();
         while let Some(item) = self.probes.events.next() {
             match Event::parse(&item) {
                 Ok(ev) => {
                     if let Followup::ForgetCgroup(id) = self.execs.apply(&ev) {
                         self.forget.push((id, Instant::now() + self.opts.grace));
                     }
+                    if let Event::Cgroup(c) = &ev
+                        && c.kind == EV_EXEC_CREATED
+                    {
+                        created.push(c.cgroup_id);
+                    }
                 }
                 Err(e) => eprintln!("profiler: warning: bad record from the kernel: {e}"),
+            }
+        }
+        for id in created {
+            self.open_files(id);
+        }
+    }
+
+    /// Open (and read once) the cgroup files of a new exec.
+    fn open_files(&mut self, id: u64) {
+        let Some(e) = self.execs.get(id) else { return };
+        let dir = if e.path == "." { self.opts.cgroup.clone() } else { self.opts.cgroup.join(&e.path) };
+        let mut f = ExecFiles::open(&self.file_layout, &dir);
+        f.sample(monotonic_ns());
+        self.files.insert(id, f);
+    }
+
+    /// Final read of an exec's cgroup files: its tasks are gone, its cgroup not yet removed
+    /// (`profiler run` removes it itself).
+    pub fn sample_final(&mut self, id: u64) {
+        if let Some(f) = self.files.get_mut(&id) {
+            f.sample_final(monotonic_ns());
+        }
+    }
+
+    /// Read the cgroup files of every running exec.
+    pub fn sample_files(&mut self) {
+        self.drain();
+        let now = monotonic_ns();
+        for (id, f) in self.files.iter_mut() {
+            if self.execs.get(*id).is_some_and(|e| e.removed_ns.is_none()) {
+                f.sample(now);
             }
         }
     }
@@ -293,10 +341,17 @@ impl Monitor {
                 "IO-wait unknown for {n} running task(s) (no usable delay accounting)"
             ));
         }
-        let report = build_report(&exec, &stats, live, monotonic_ns(), self.opts.top, notes);
+        let now = monotonic_ns();
+        let mut report = build_report(&exec, &stats, live, now, self.opts.top, notes);
+        if let Some(f) = self.files.get(&id) {
+            let mut c = f.report(exec.removed_ns.unwrap_or(now), exec.removed_ns.is_none());
+            c.crosscheck(report.disk.read_bytes, report.disk.write_bytes);
+            report.cgroup = Some(c);
+        }
         if exec.removed_ns.is_some()
             && let Some((_, ids)) = self.execs.take(id)
         {
+            self.files.remove(&id);
             let _ = self.probes.execs.remove(&id);
             for c in ids {
                 let _ = self.probes.cgroups.remove(&c);

@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 use profiler_common::*;
 use serde::Serialize;
 
-use crate::execs::{Exec, Proc};
+use crate::{
+    cgroup_files::CgroupReport,
+    execs::{Exec, Proc},
+};
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ExecReport {
@@ -27,6 +30,8 @@ pub struct ExecReport {
     pub processes: Vec<ProcReport>,
     /// Processes not listed (folded away to bound memory), and their summed figures.
     pub other_processes: OtherReport,
+    /// The kernel's own accounting from the exec's cgroup files, each figure with its source.
+    pub cgroup: Option<CgroupReport>,
     pub notes: Vec<String>,
 }
 
@@ -258,6 +263,7 @@ impl ExecReport {
                 read_bytes: other.rchar,
                 write_bytes: other.wchar,
             },
+            cgroup: None,
             notes,
         }
     }
