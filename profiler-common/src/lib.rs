@@ -115,6 +115,116 @@ impl KernelOffsets {
     };
 }
 
+/// Offsets and constants for the figures read from a cgroup when it is removed (PSI totals,
+/// memory peak and events, pids peak, cpu usage), and for finding each CPU's per-cpu area.
+/// ABSENT where this kernel lacks the structure.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinalOffsets {
+    /// Per-cpu discovery: task_struct.se.cfs_rq, cfs_rq.rq, rq.cpu, and the offsets of the
+    /// per-cpu variables `runqueues` and `this_cpu_off` in the per-cpu section.
+    pub task_se_cfs_rq: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_cpu: u32,
+    pub _pad0: u32,
+    pub runqueues_secoff: u64,
+    pub this_cpu_off_secoff: u64,
+    /// PSI: cgroup.psi (pointer), psi_group.pcpu, psi_group.total (PSI_AVGS row first),
+    /// psi_group_cpu.times, .times_prev (PSI_AVGS row first), .state_mask.
+    pub cgroup_psi: u32,
+    pub psi_pcpu: u32,
+    pub psi_total: u32,
+    pub psic_times: u32,
+    pub psic_times_prev: u32,
+    pub psic_state_mask: u32,
+    /// NR_PSI_STATES (the last state, PSI_NONIDLE, weighs the others).
+    pub nr_psi_states: u32,
+    /// CONFIG_HZ: PSI weighs CPUs by their non-idle time in jiffies.
+    pub hz: u32,
+    /// cgroup.subsys[] and the indices of the memory and pids controllers in it.
+    pub cgroup_subsys: u32,
+    pub memory_cgrp_id: u32,
+    pub pids_cgrp_id: u32,
+    /// mem_cgroup.memory.watermark, mem_cgroup.memory_events, pids_cgroup.watermark.
+    pub memcg_watermark: u32,
+    pub memcg_events: u32,
+    pub pids_watermark: u32,
+    /// cgroup.bstat.cputime.sum_exec_runtime, cgroup.rstat_base_cpu (or rstat_cpu: per-cpu
+    /// pointer), and in the per-cpu struct bstat/last_bstat .cputime.sum_exec_runtime.
+    pub cgroup_bstat_sum: u32,
+    pub cgroup_rstat_cpu: u32,
+    pub rstatc_bstat_sum: u32,
+    pub rstatc_last_bstat_sum: u32,
+    /// Number of possible CPUs to walk (at most MAX_CPUS).
+    pub nr_cpus: u32,
+    pub _pad1: u32,
+}
+
+impl FinalOffsets {
+    pub const ABSENT: Self = Self {
+        task_se_cfs_rq: ABSENT,
+        cfs_rq_rq: ABSENT,
+        rq_cpu: ABSENT,
+        _pad0: 0,
+        runqueues_secoff: u64::MAX,
+        this_cpu_off_secoff: u64::MAX,
+        cgroup_psi: ABSENT,
+        psi_pcpu: ABSENT,
+        psi_total: ABSENT,
+        psic_times: ABSENT,
+        psic_times_prev: ABSENT,
+        psic_state_mask: ABSENT,
+        nr_psi_states: 0,
+        hz: 0,
+        cgroup_subsys: ABSENT,
+        memory_cgrp_id: ABSENT,
+        pids_cgrp_id: ABSENT,
+        memcg_watermark: ABSENT,
+        memcg_events: ABSENT,
+        pids_watermark: ABSENT,
+        cgroup_bstat_sum: ABSENT,
+        cgroup_rstat_cpu: ABSENT,
+        rstatc_bstat_sum: ABSENT,
+        rstatc_last_bstat_sum: ABSENT,
+        nr_cpus: 0,
+        _pad1: 0,
+    };
+}
+
+/// CPUs walked for the per-cpu figures of a removed cgroup.
+pub const MAX_CPUS: u32 = 256;
+/// PSI states reported (io some/full, memory some/full, cpu some/full, irq full, nonidle).
+pub const PSI_STATES: usize = 8;
+/// memory.events counters copied (enum memcg_memory_event order).
+pub const MEMCG_EVENTS: usize = 9;
+
+/// Flags of [`ExecFinalEvent::flags`]: which figures were read.
+pub const FINAL_PSI: u32 = 1;
+pub const FINAL_MEMORY: u32 = 2;
+pub const FINAL_PIDS: u32 = 4;
+pub const FINAL_CPU: u32 = 8;
+/// A CPU had a PSI state still active at removal (its time since is not counted).
+pub const FINAL_PSI_ACTIVE: u32 = 16;
+/// Some online CPU's per-cpu area was unknown.
+pub const FINAL_CPU_UNKNOWN: u32 = 32;
+
+/// The kernel's own totals of an exec's cgroup, read by the cgroup_rmdir program: what the
+/// cgroup's files would have shown at that moment.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExecFinalEvent {
+    pub kind: u32,
+    pub flags: u32,
+    pub cgroup_id: u64,
+    /// PSI totals in ns per psi_states index, computed as a read of the pressure file would.
+    pub psi_ns: [u64; PSI_STATES],
+    pub memory_peak_pages: u64,
+    pub memory_events: [u64; MEMCG_EVENTS],
+    pub pids_peak: u64,
+    /// cpu.stat usage (sum_exec_runtime) in ns.
+    pub cpu_usage_ns: u64,
+}
+
 /// Load-time settings of the programs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -367,6 +477,7 @@ pub const EV_PROC_EXEC: u32 = 4;
 pub const EV_PROC_FORK: u32 = 5;
 pub const EV_TASK_SNAPSHOT: u32 = 6;
 pub const EV_CGROUP_CREATED: u32 = 7;
+pub const EV_EXEC_FINAL: u32 = 8;
 
 pub const CGROUP_PATH_LEN: usize = 256;
 pub const COMM_LEN: usize = 16;
@@ -437,6 +548,7 @@ mod pod {
     // SAFETY: all are repr(C) plain integers with explicit padding.
     unsafe impl aya::Pod for KernelOffsets {}
     unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for FinalOffsets {}
     unsafe impl aya::Pod for CgroupEntry {}
     unsafe impl aya::Pod for TaskCounters {}
     unsafe impl aya::Pod for ExecStats {}

@@ -15,6 +15,7 @@ pub enum Event {
     TaskEnd(TaskRecord),
     ProcExec(ProcExecEvent),
     ProcFork(ProcForkEvent),
+    ExecFinal(ExecFinalEvent),
 }
 
 fn read<T: Copy>(bytes: &[u8]) -> Result<T> {
@@ -37,6 +38,7 @@ impl Event {
             EV_TASK_END => Event::TaskEnd(read(bytes)?),
             EV_PROC_EXEC => Event::ProcExec(read(bytes)?),
             EV_PROC_FORK => Event::ProcFork(read(bytes)?),
+            EV_EXEC_FINAL => Event::ExecFinal(read(bytes)?),
             k => bail!("unknown record kind {k}"),
         })
     }
@@ -254,6 +256,8 @@ pub struct Exec {
     pub removed_ns: Option<u64>,
     pub descendants: Vec<u64>,
     pub procs: ProcTable,
+    /// The kernel's totals of the exec's cgroup, read when it was removed.
+    pub final_figures: Option<ExecFinalEvent>,
 }
 
 /// What the monitor must do after an event.
@@ -309,6 +313,7 @@ impl Execs {
             removed_ns: None,
             descendants: Vec::new(),
             procs: ProcTable::new(keep),
+            final_figures: None,
         });
     }
 
@@ -401,6 +406,11 @@ impl Execs {
             Event::ProcFork(f) => {
                 if let Some(e) = self.execs.get_mut(&f.exec_id) {
                     e.procs.on_fork(f.tgid, f.parent_tgid);
+                }
+            }
+            Event::ExecFinal(f) => {
+                if let Some(e) = self.execs.get_mut(&f.cgroup_id) {
+                    e.final_figures = Some(*f);
                 }
             }
         }

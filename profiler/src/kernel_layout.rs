@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use btf_rs::{Btf, Type};
-use profiler_common::{ABSENT, KernelOffsets};
+use profiler_common::{ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, MEMCG_EVENTS, PSI_STATES};
 
 pub const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
 
@@ -33,6 +33,11 @@ pub const BLOCK_START_FALLBACK: &str = "block_getrq";
 #[derive(Clone, Debug)]
 pub struct KernelLayout {
     pub offsets: KernelOffsets,
+    /// For the figures read when an exec's cgroup is removed.
+    pub finals: FinalOffsets,
+    /// psi_states index by name (PSI_IO_SOME, ...), and memcg_memory_event index by name.
+    pub psi_states: Vec<(String, u32)>,
+    pub memcg_events: Vec<(String, u32)>,
     /// Bit number of REQ_PREFLUSH in request cmd_flags.
     pub req_preflush_bit: u32,
     /// Optional fields that this kernel lacks, as "struct.field" (figures that need them are
@@ -414,12 +419,250 @@ impl KernelBtf {
                 missing.push("enum req_flag_bits.__REQ_PREFLUSH".into());
                 u32::MAX
             });
+        let (finals, psi_states, memcg_events) = self.final_offsets(&mut missing);
         Ok(KernelLayout {
             offsets: o,
+            finals,
+            psi_states,
+            memcg_events,
             req_preflush_bit,
             missing,
         })
     }
+}
+
+impl KernelBtf {
+    /// All enumerators of an enum, by name.
+    pub fn enum_values(&self, enum_name: &str) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        for t in self
+            .btf
+            .resolve_types_by_name(enum_name)
+            .unwrap_or_default()
+        {
+            match t {
+                Type::Enum(e) => {
+                    for m in &e.members {
+                        out.push((self.btf.resolve_name(m).unwrap_or_default(), m.val() as u64));
+                    }
+                }
+                Type::Enum64(e) => {
+                    for m in &e.members {
+                        out.push((self.btf.resolve_name(m).unwrap_or_default(), m.val()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Offset of a per-cpu variable in the per-cpu section (BTF DATASEC ".data..percpu").
+    pub fn percpu_var(&self, name: &str) -> Option<u64> {
+        let var_ids: Vec<u32> = self.btf.resolve_ids_by_name(name).ok()?;
+        let secs = self.btf.resolve_types_by_name(".data..percpu").ok()?;
+        for t in secs {
+            if let Type::Datasec(d) = t {
+                for v in &d.variables {
+                    if let Some(id) = btf_rs::BtfType::get_type_id(v) {
+                        if var_ids.contains(&id) {
+                            return Some(v.offset() as u64);
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Is the member a pointer?
+    fn is_pointer(&self, root: &str, path: &str) -> bool {
+        let Some(mut s) = self.struct_by_name(root) else {
+            return false;
+        };
+        let parts: Vec<&str> = path.split('.').collect();
+        for (i, part) in parts.iter().enumerate() {
+            let Some((_, t)) = self.member(&s, part) else {
+                return false;
+            };
+            let t = match self.resolve(t) {
+                Some(t) => t,
+                None => return false,
+            };
+            if i + 1 == parts.len() {
+                return matches!(t, Type::Ptr(_));
+            }
+            s = match t {
+                Type::Struct(x) | Type::Union(x) => x,
+                _ => return false,
+            };
+        }
+        false
+    }
+
+    /// Offsets for the figures read at a cgroup's removal. What this kernel lacks is ABSENT
+    /// (and listed in `missing`): those figures then come from the last sample of the files.
+    fn final_offsets(
+        &self,
+        missing: &mut Vec<String>,
+    ) -> (FinalOffsets, Vec<(String, u32)>, Vec<(String, u32)>) {
+        let mut f = FinalOffsets::ABSENT;
+        let mut miss = |what: &str| missing.push(what.to_owned());
+        let off = |root: &str, path: &str| self.field(root, path).map(|(o, _)| o);
+        // Per-cpu discovery.
+        match (
+            off("task_struct", "se.cfs_rq"),
+            off("cfs_rq", "rq"),
+            off("rq", "cpu"),
+            self.percpu_var("runqueues"),
+            self.percpu_var("this_cpu_off"),
+        ) {
+            (Some(a), Some(b), Some(c), Some(d), Some(e)) => {
+                f.task_se_cfs_rq = a;
+                f.cfs_rq_rq = b;
+                f.rq_cpu = c;
+                f.runqueues_secoff = d;
+                f.this_cpu_off_secoff = e;
+            }
+            _ => miss(
+                "per-cpu areas (task_struct.se.cfs_rq, rq.cpu, per-cpu runqueues/this_cpu_off)",
+            ),
+        }
+        // PSI.
+        let states: Vec<(String, u32)> = self
+            .enum_values("psi_states")
+            .into_iter()
+            .map(|(n, v)| (n, v as u32))
+            .collect();
+        let nr = states
+            .iter()
+            .find(|(n, _)| n == "NR_PSI_STATES")
+            .map(|(_, v)| *v)
+            .unwrap_or(0);
+        let avgs = self
+            .enum_values("psi_aggregators")
+            .into_iter()
+            .find(|(n, _)| n == "PSI_AVGS")
+            .map(|(_, v)| v);
+        match (
+            self.is_pointer("cgroup", "psi"),
+            off("cgroup", "psi"),
+            off("psi_group", "pcpu"),
+            off("psi_group", "total"),
+            off("psi_group_cpu", "times"),
+            off("psi_group_cpu", "times_prev"),
+            off("psi_group_cpu", "state_mask"),
+        ) {
+            (true, Some(a), Some(b), Some(c), Some(d), Some(e), Some(g))
+                if nr >= 2 && nr as usize <= PSI_STATES && avgs == Some(0) =>
+            {
+                f.cgroup_psi = a;
+                f.psi_pcpu = b;
+                f.psi_total = c;
+                f.psic_times = d;
+                f.psic_times_prev = e;
+                f.psic_state_mask = g;
+                f.nr_psi_states = nr;
+            }
+            _ => miss("cgroup PSI internals (cgroup.psi, psi_group, psi_group_cpu)"),
+        }
+        // memory and pids controllers.
+        let ids = self.enum_values("cgroup_subsys_id");
+        let id_of = |n: &str| ids.iter().find(|(x, _)| x == n).map(|(_, v)| *v as u32);
+        f.cgroup_subsys = off("cgroup", "subsys").unwrap_or(ABSENT);
+        match (
+            id_of("memory_cgrp_id"),
+            off("mem_cgroup", "css"),
+            off("mem_cgroup", "memory.watermark"),
+            self.field("mem_cgroup", "memory_events"),
+        ) {
+            (Some(id), Some(0), Some(w), Some((e, size))) if size >= 8 * MEMCG_EVENTS => {
+                f.memory_cgrp_id = id;
+                f.memcg_watermark = w;
+                f.memcg_events = e;
+            }
+            (Some(id), Some(0), Some(w), Some((e, _))) => {
+                // Fewer events on this kernel: read what there is (the rest reads as zero).
+                f.memory_cgrp_id = id;
+                f.memcg_watermark = w;
+                f.memcg_events = e;
+            }
+            _ => miss("memory controller internals (mem_cgroup.memory.watermark, memory_events)"),
+        }
+        match (
+            id_of("pids_cgrp_id"),
+            off("pids_cgroup", "css"),
+            self.field("pids_cgroup", "watermark"),
+        ) {
+            (Some(id), Some(0), Some((w, 8))) => {
+                f.pids_cgrp_id = id;
+                f.pids_watermark = w;
+            }
+            _ => miss("pids_cgroup.watermark (pids.peak)"),
+        }
+        // cpu usage: flushed total plus per-cpu pending.
+        let (pcpu_field, pcpu_type) = if off("cgroup", "rstat_base_cpu").is_some() {
+            ("rstat_base_cpu", "cgroup_rstat_base_cpu")
+        } else {
+            ("rstat_cpu", "cgroup_rstat_cpu")
+        };
+        match (
+            off("cgroup", "bstat.cputime.sum_exec_runtime"),
+            off("cgroup", pcpu_field),
+            off(pcpu_type, "bstat.cputime.sum_exec_runtime"),
+            off(pcpu_type, "last_bstat.cputime.sum_exec_runtime"),
+        ) {
+            (Some(a), Some(b), Some(c), Some(d)) => {
+                f.cgroup_bstat_sum = a;
+                f.cgroup_rstat_cpu = b;
+                f.rstatc_bstat_sum = c;
+                f.rstatc_last_bstat_sum = d;
+            }
+            _ => miss("cgroup rstat internals (cgroup.bstat, per-cpu base stats)"),
+        }
+        f.hz = kernel_hz().unwrap_or(0);
+        if f.hz == 0 {
+            miss("CONFIG_HZ (no /proc/config.gz or /boot/config-*): PSI totals at removal");
+        }
+        f.nr_cpus = possible_cpus().min(MAX_CPUS);
+        let events: Vec<(String, u32)> = self
+            .enum_values("memcg_memory_event")
+            .into_iter()
+            .map(|(n, v)| (n, v as u32))
+            .collect();
+        (f, states, events)
+    }
+}
+
+/// CONFIG_HZ of the running kernel, from its configuration.
+fn kernel_hz() -> Option<u32> {
+    let release = crate::probes::kernel_release();
+    let text = std::fs::read_to_string(format!("/boot/config-{release}"))
+        .ok()
+        .or_else(|| {
+            let gz = std::fs::read("/proc/config.gz").ok()?;
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut s)
+                .ok()?;
+            Some(s)
+        })?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ="))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Number of possible CPUs (highest possible CPU + 1).
+pub fn possible_cpus() -> u32 {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split(',')
+                .filter_map(|r| r.rsplit('-').next()?.parse::<u32>().ok())
+                .max()
+        })
+        .map(|m| m + 1)
+        .unwrap_or(1)
 }
 
 /// Load the BTF that aya uses to find attach points (same file as [`KernelBtf`]).
@@ -444,6 +687,13 @@ mod tests {
         // kernfs_node.id is a u64 and cgroup ids are inode numbers.
         assert_ne!(l.offsets.kernfs_node_id, ABSENT);
         assert!(btf.has_func("bpf_iter_task"));
+        // The removal figures resolve on this kernel.
+        assert_ne!(l.finals.cgroup_psi, ABSENT);
+        assert_ne!(l.finals.task_se_cfs_rq, ABSENT);
+        assert_ne!(l.finals.runqueues_secoff, u64::MAX);
+        assert_ne!(l.finals.cgroup_rstat_cpu, ABSENT);
+        assert!(l.finals.hz > 0);
+        assert!(l.psi_states.iter().any(|(n, _)| n == "PSI_IO_SOME"));
         assert_ne!(l.offsets.task_in_iowait_byte, ABSENT);
         assert_eq!(l.offsets.task_in_iowait_mask.count_ones(), 1);
     }

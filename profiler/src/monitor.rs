@@ -13,7 +13,7 @@ use profiler_common::*;
 
 use crate::{
     cgroup::{self, Hierarchy},
-    cgroup_files::{ExecFiles, Layout as FileLayout},
+    cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
     execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
     kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
     probes::{Limits, Probes, ProgramCost, kernel_release},
@@ -41,6 +41,7 @@ pub struct Monitor {
     /// The cgroup files of each exec.
     files: HashMap<u64, ExecFiles>,
     file_layout: FileLayout,
+    final_names: FinalNames,
     opts: Options,
     /// Rolled-up cgroups that were removed, with when to forget their mapping.
     forget: Vec<(u64, Instant)>,
@@ -164,6 +165,12 @@ impl Monitor {
             ));
         }
 
+        match probes.discover_percpu(layout.finals.nr_cpus) {
+            Ok(_) => {}
+            Err(why) => notices.push(format!(
+                "final PSI totals and cpu usage at an exec's removal are not read ({why}): they come from the last sample"
+            )),
+        }
         probes.attach_cgroup_programs()?;
         let base_path = hierarchy.kernel_path(&opts.cgroup);
         let mut execs = Execs::new(&base_path, opts.keep_procs);
@@ -182,6 +189,10 @@ impl Monitor {
             execs,
             files: HashMap::new(),
             file_layout,
+            final_names: FinalNames {
+                psi_states: layout.psi_states.clone(),
+                memcg_events: layout.memcg_events.clone(),
+            },
             opts,
             forget: Vec::new(),
             layout,
@@ -231,13 +242,16 @@ impl Monitor {
         }
     }
 
-    /// Open (and read once) the cgroup files of a new exec.
+    /// Open the cgroup files of a new exec (read at the next sample).
     fn open_files(&mut self, id: u64) {
         let Some(e) = self.execs.get(id) else { return };
-        let dir = if e.path == "." { self.opts.cgroup.clone() } else { self.opts.cgroup.join(&e.path) };
-        let mut f = ExecFiles::open(&self.file_layout, &dir);
-        f.sample(monotonic_ns());
-        self.files.insert(id, f);
+        let dir = if e.path == "." {
+            self.opts.cgroup.clone()
+        } else {
+            self.opts.cgroup.join(&e.path)
+        };
+        self.files
+            .insert(id, ExecFiles::open(&self.file_layout, &dir));
     }
 
     /// Final read of an exec's cgroup files: its tasks are gone, its cgroup not yet removed
@@ -345,6 +359,11 @@ impl Monitor {
         let mut report = build_report(&exec, &stats, live, now, self.opts.top, notes);
         if let Some(f) = self.files.get(&id) {
             let mut c = f.report(exec.removed_ns.unwrap_or(now), exec.removed_ns.is_none());
+            if let Some(ff) = &exec.final_figures {
+                c.apply_final(ff, &self.final_names, &mut report.notes);
+            } else if exec.removed_ns.is_some() {
+                report.notes.push("no kernel totals were read at the cgroup's removal: cgroup figures are the last samples".into());
+            }
             c.crosscheck(report.disk.read_bytes, report.disk.write_bytes);
             report.cgroup = Some(c);
         }

@@ -6,7 +6,7 @@ use std::{io::Read as _, os::fd::AsRawFd as _, time::Duration};
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, Iter, ProgramError},
 };
 use profiler_common::*;
@@ -49,6 +49,8 @@ pub struct Probes {
     pub baselines: HashMap<MapData, u32, TaskBaseline>,
     pub events: RingBuf<MapData>,
     drops: PerCpuArray<MapData, u64>,
+    percpu_offsets: Array<MapData, u64>,
+    percpu_rq: Array<MapData, u64>,
 }
 
 /// Figures of one loaded program, from the kernel's BPF statistics.
@@ -85,6 +87,7 @@ impl Probes {
             .override_global("OFFSETS", &layout.offsets, true)
             .override_global("CONFIG", &config, true)
             .override_global("REQ_PREFLUSH_BIT", &layout.req_preflush_bit, true)
+            .override_global("FINAL", &layout.finals, true)
             .map_max_entries("EXECS", limits.max_execs)
             .map_max_entries("CGROUPS", limits.max_cgroups)
             .map_max_entries("BASELINES", limits.max_baselines)
@@ -99,6 +102,8 @@ impl Probes {
         let baselines = HashMap::try_from(take(&mut ebpf, "BASELINES")?)?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
         let drops = PerCpuArray::try_from(take(&mut ebpf, "DROPS")?)?;
+        let percpu_offsets = Array::try_from(take(&mut ebpf, "PERCPU_OFFSETS")?)?;
+        let percpu_rq = Array::try_from(take(&mut ebpf, "PERCPU_RQ")?)?;
         let mut probes = Self {
             ebpf,
             block_start,
@@ -108,6 +113,8 @@ impl Probes {
             baselines,
             events,
             drops,
+            percpu_offsets,
+            percpu_rq,
         };
         for name in CGROUP_PROGRAMS
             .iter()
@@ -117,9 +124,10 @@ impl Probes {
             probes.load_tracepoint(name)?;
         }
         let btf = probes.btf.clone();
-        let iter: &mut Iter = probes.program("task_snapshot")?;
-        iter.load("task", &btf)
-            .map_err(|e| load_error("task_snapshot", e))?;
+        for name in ["task_snapshot", "percpu_discover"] {
+            let iter: &mut Iter = probes.program(name)?;
+            iter.load("task", &btf).map_err(|e| load_error(name, e))?;
+        }
         Ok(probes)
     }
 
@@ -181,6 +189,54 @@ impl Probes {
             // SAFETY: TaskRecord is plain data and each chunk has its size.
             .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const TaskRecord) })
             .collect())
+    }
+
+    /// Find each CPU's per-cpu offset (one pass of the percpu_discover iterator) and check
+    /// them: every CPU's runqueue must sit at the same distance from its offset. Returns the
+    /// CPUs found, or why the offsets cannot be trusted (they are then cleared, and the
+    /// per-cpu figures at removal are not read).
+    pub fn discover_percpu(&mut self, nr_cpus: u32) -> std::result::Result<u32, String> {
+        let iter: &mut Iter = self.program("percpu_discover").map_err(|e| e.to_string())?;
+        let link_id = iter.attach().map_err(|e| e.to_string())?;
+        let link = iter.take_link(link_id).map_err(|e| e.to_string())?;
+        let mut file = link.into_file().map_err(|e| e.to_string())?;
+        let mut sink = Vec::new();
+        file.read_to_end(&mut sink).map_err(|e| e.to_string())?;
+        let mut found = Vec::new();
+        for cpu in 0..nr_cpus.min(MAX_CPUS) {
+            let off = self.percpu_offsets.get(&cpu, 0).unwrap_or(0);
+            found.push((cpu, off));
+        }
+        let rqs = &self.percpu_rq;
+        let mut base = None;
+        let mut n = 0;
+        let mut bad = None;
+        for &(cpu, off) in &found {
+            let rq = rqs.get(&cpu, 0).unwrap_or(0);
+            if rq == 0 {
+                continue; // offline or not seen: counted as unknown at removal
+            }
+            let b = rq.wrapping_sub(off);
+            match base {
+                None => base = Some(b),
+                Some(x) if x != b => {
+                    bad = Some(format!(
+                        "CPU {cpu}'s runqueue is not where its per-cpu offset says"
+                    ))
+                }
+                _ => {}
+            }
+            n += 1;
+        }
+        if let Some(why) =
+            bad.or_else(|| (n == 0).then(|| "no CPU's per-cpu area was found".to_owned()))
+        {
+            for (cpu, _) in found {
+                let _ = self.percpu_offsets.set(cpu, 0, 0);
+            }
+            return Err(why);
+        }
+        Ok(n)
     }
 
     /// Drop counters summed over CPUs.

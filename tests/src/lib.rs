@@ -185,6 +185,17 @@ pub fn spawn_in(dir: &Path, argv: &[&str]) -> Child {
         .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
 }
 
+/// Start `argv` directly inside the cgroup `dir` (clone3 CLONE_INTO_CGROUP: born there, never
+/// moved), wait for it, and return its pid.
+pub fn run_born_in(dir: &Path, argv: &[&str]) -> u32 {
+    let args: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    let child = profiler::spawn::spawn_in_cgroup(dir, &args)
+        .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
+    let (code, status) = profiler::spawn::wait_exit_code(child.pid).unwrap();
+    assert_eq!(code, 0, "{argv:?} {status}");
+    child.pid as u32
+}
+
 /// Run `argv` inside `dir` to completion; panics unless it succeeds.
 pub fn run_in(dir: &Path, argv: &[&str]) {
     let status = spawn_in(dir, argv).wait().unwrap();

@@ -311,10 +311,10 @@ fn build_static(work: &Path) -> Result<Bins> {
     }
     tests.retain(|p| {
         let n = p.file_name().unwrap().to_string_lossy();
-        n.starts_with("engine-") || n.starts_with("vm-")
+        n.starts_with("engine-") || n.starts_with("vm-") || n.starts_with("cgroup-")
     });
-    if tests.len() < 2 {
-        bail!("did not find the engine and vm test binaries ({tests:?})");
+    if tests.len() < 3 {
+        bail!("did not find the engine, cgroup and vm test binaries ({tests:?})");
     }
     let rel = target_dir.join(TARGET).join("release");
     Ok(Bins {

@@ -42,15 +42,45 @@ const FILES: &[(&str, Hierarchy, Format, Option<&str>)] = &[
     ("irq.pressure", Hierarchy::V2, Format::Pressure, None),
     ("cpu.stat", Hierarchy::V2, Format::FlatKeyed, None),
     ("io.stat", Hierarchy::V2, Format::NestedKeyed, Some("io")),
-    ("memory.current", Hierarchy::V2, Format::Single, Some("memory")),
+    (
+        "memory.current",
+        Hierarchy::V2,
+        Format::Single,
+        Some("memory"),
+    ),
     ("memory.peak", Hierarchy::V2, Format::Single, Some("memory")),
-    ("memory.stat", Hierarchy::V2, Format::FlatKeyed, Some("memory")),
-    ("memory.events", Hierarchy::V2, Format::FlatKeyed, Some("memory")),
+    (
+        "memory.stat",
+        Hierarchy::V2,
+        Format::FlatKeyed,
+        Some("memory"),
+    ),
+    (
+        "memory.events",
+        Hierarchy::V2,
+        Format::FlatKeyed,
+        Some("memory"),
+    ),
     ("pids.current", Hierarchy::V2, Format::Single, Some("pids")),
     ("pids.peak", Hierarchy::V2, Format::Single, Some("pids")),
-    ("blkio.throttle.io_service_bytes", Hierarchy::V1("blkio"), Format::BlkioV1, None),
-    ("memory.usage_in_bytes", Hierarchy::V1("memory"), Format::Single, None),
-    ("memory.max_usage_in_bytes", Hierarchy::V1("memory"), Format::Single, None),
+    (
+        "blkio.throttle.io_service_bytes",
+        Hierarchy::V1("blkio"),
+        Format::BlkioV1,
+        None,
+    ),
+    (
+        "memory.usage_in_bytes",
+        Hierarchy::V1("memory"),
+        Format::Single,
+        None,
+    ),
+    (
+        "memory.max_usage_in_bytes",
+        Hierarchy::V1("memory"),
+        Format::Single,
+        None,
+    ),
 ];
 
 /// A parsed file.
@@ -96,13 +126,17 @@ impl Layout {
         let mut v1_mounts = BTreeMap::new();
         if let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") {
             for line in info.lines() {
-                let Some((pre, post)) = line.split_once(" - ") else { continue };
+                let Some((pre, post)) = line.split_once(" - ") else {
+                    continue;
+                };
                 let mut post = post.split_whitespace();
                 if post.next() != Some("cgroup") {
                     continue;
                 }
                 let opts = post.nth(1).unwrap_or("");
-                let Some(mount) = pre.split_whitespace().nth(4) else { continue };
+                let Some(mount) = pre.split_whitespace().nth(4) else {
+                    continue;
+                };
                 for c in ["blkio", "memory"] {
                     if opts.split(',').any(|o| o == c) {
                         v1_mounts.insert(c.to_owned(), PathBuf::from(mount));
@@ -133,7 +167,9 @@ impl ExecFiles {
         let enabled: Vec<String> = std::fs::read_to_string(dir.join("cgroup.controllers"))
             .map(|s| s.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
-        let psi_off_here = std::fs::read_to_string(dir.join("cgroup.pressure")).map(|s| s.trim() == "0").unwrap_or(false);
+        let psi_off_here = std::fs::read_to_string(dir.join("cgroup.pressure"))
+            .map(|s| s.trim() == "0")
+            .unwrap_or(false);
         let mut slots = Vec::new();
         for &(name, hierarchy, format, controller) in FILES {
             let path = match hierarchy {
@@ -151,7 +187,14 @@ impl ExecFiles {
                 }
                 Err(e) => (None, Some(why_missing(layout, &enabled, psi_off_here, name, hierarchy, controller, rel, &e))),
             };
-            slots.push(Slot { name, hierarchy, format, file, missing, last: None });
+            slots.push(Slot {
+                name,
+                hierarchy,
+                format,
+                file,
+                missing,
+                last: None,
+            });
         }
         Self { slots }
     }
@@ -208,7 +251,9 @@ impl ExecFiles {
             Some(s) => match (&s.last, &s.missing) {
                 (Some((v, t, f)), _) => Ok((v, *t, *f)),
                 (None, Some(why)) => Err(why.clone()),
-                (None, None) => Err(format!("{name} was never read (the exec ended before the first sample)")),
+                (None, None) => Err(format!(
+                    "{name} was never read (the exec ended before the first sample)"
+                )),
             },
         }
     }
@@ -237,7 +282,10 @@ fn why_missing(
         return format!("{name} cannot be opened: {e}");
     }
     match hierarchy {
-        Hierarchy::V1(c) => format!("no {} in the cgroup v1 {c} hierarchy", Path::new("/").join(rel).display()),
+        Hierarchy::V1(c) => format!(
+            "no {} in the cgroup v1 {c} hierarchy",
+            Path::new("/").join(rel).display()
+        ),
         Hierarchy::V2 => {
             if name.ends_with(".pressure") {
                 if !layout.psi {
@@ -252,7 +300,9 @@ fn why_missing(
             }
             match controller {
                 Some(c) if !layout.v2_controllers.iter().any(|x| x == c) => {
-                    format!("no {name}: the {c} controller is not on the cgroup v2 hierarchy (a hybrid host keeps it on v1)")
+                    format!(
+                        "no {name}: the {c} controller is not on the cgroup v2 hierarchy (a hybrid host keeps it on v1)"
+                    )
                 }
                 Some(c) if !enabled.iter().any(|x| x == c) => format!(
                     "no {name}: the {c} controller is not enabled for this cgroup (add +{c} to the parent's cgroup.subtree_control)"
@@ -283,7 +333,13 @@ pub struct Sourced<T> {
 
 impl<T> Sourced<T> {
     pub fn missing(source: String, why: String) -> Self {
-        Self { value: None, source, when: "none", age_ns: None, missing: Some(why) }
+        Self {
+            value: None,
+            source,
+            when: "none",
+            age_ns: None,
+            missing: Some(why),
+        }
     }
 }
 
@@ -291,14 +347,21 @@ impl<T> Sourced<T> {
 pub struct PsiReport {
     /// Cumulative stall time in seconds (the kernel's `total=`, a counter).
     pub total_s: f64,
-    pub avg10: f64,
-    pub avg60: f64,
-    pub avg300: f64,
+    /// Percentages over 10, 60 and 300 s, from the last sample of the file (none when the exec
+    /// ended before its first sample).
+    pub avg10: Option<f64>,
+    pub avg60: Option<f64>,
+    pub avg300: Option<f64>,
 }
 
 impl From<PsiLine> for PsiReport {
     fn from(l: PsiLine) -> Self {
-        Self { total_s: l.total_us as f64 / 1e6, avg10: l.avg10, avg60: l.avg60, avg300: l.avg300 }
+        Self {
+            total_s: l.total_us as f64 / 1e6,
+            avg10: Some(l.avg10),
+            avg60: Some(l.avg60),
+            avg300: Some(l.avg300),
+        }
     }
 }
 
@@ -316,6 +379,8 @@ pub struct CgroupReport {
     pub io_pressure: Option<Sourced<PressureReport>>,
     pub memory_pressure: Option<Sourced<PressureReport>>,
     pub irq_pressure: Option<Sourced<PressureReport>>,
+    /// cpu.stat's usage_usec: final when read by eBPF at the cgroup's removal.
+    pub cpu_usage_usec: Option<Sourced<u64>>,
     /// cpu.stat: usage_usec, user_usec, system_usec and, with the cpu controller, throttling.
     pub cpu_stat: Option<Sourced<BTreeMap<String, u64>>>,
     /// io.stat per device "maj:min": rbytes, wbytes, rios, wios, dbytes, dios.
@@ -362,8 +427,18 @@ impl ExecFiles {
                 Ok((v, t, is_final)) => Sourced {
                     value: Some(v.clone()),
                     source,
-                    when: if running { "live" } else if is_final || t >= end_ns { "final" } else { "sample" },
-                    age_ns: if running || is_final || t >= end_ns { None } else { Some(end_ns - t) },
+                    when: if running {
+                        "live"
+                    } else if is_final || t >= end_ns {
+                        "final"
+                    } else {
+                        "sample"
+                    },
+                    age_ns: if running || is_final || t >= end_ns {
+                        None
+                    } else {
+                        Some(end_ns - t)
+                    },
                     missing: None,
                 },
                 Err(why) => {
@@ -382,7 +457,10 @@ impl ExecFiles {
             })
         }
         let pressure = |v: Value| match v {
-            Value::Pressure(p) => Some(PressureReport { some: p.some.map(Into::into), full: p.full.map(Into::into) }),
+            Value::Pressure(p) => Some(PressureReport {
+                some: p.some.map(Into::into),
+                full: p.full.map(Into::into),
+            }),
             _ => None,
         };
         let keyed = |v: Value| match v {
@@ -402,6 +480,10 @@ impl ExecFiles {
             io_pressure: map(sourced("io.pressure"), pressure),
             memory_pressure: map(sourced("memory.pressure"), pressure),
             irq_pressure: map(sourced("irq.pressure"), pressure),
+            cpu_usage_usec: map(sourced("cpu.stat"), |v| match v {
+                Value::Keyed(k) => k.get("usage_usec").copied(),
+                _ => None,
+            }),
             cpu_stat: map(sourced("cpu.stat"), keyed),
             io_stat: map(sourced("io.stat"), nested),
             memory_current_bytes: map(sourced("memory.current"), single),
@@ -418,12 +500,112 @@ impl ExecFiles {
     }
 }
 
+/// Names of the kernel's enums, for reading an [`ExecFinalEvent`].
+#[derive(Clone, Debug, Default)]
+pub struct FinalNames {
+    pub psi_states: Vec<(String, u32)>,
+    pub memcg_events: Vec<(String, u32)>,
+}
+
+const FROM_REMOVAL: &str = "kernel totals read by eBPF at the cgroup's removal";
+
+fn final_of<T>(v: T) -> Sourced<T> {
+    Sourced {
+        value: Some(v),
+        source: FROM_REMOVAL.into(),
+        when: "final",
+        age_ns: None,
+        missing: None,
+    }
+}
+
 impl CgroupReport {
+    /// Put the kernel's totals read at the cgroup's removal in place of the last samples.
+    pub fn apply_final(
+        &mut self,
+        f: &profiler_common::ExecFinalEvent,
+        names: &FinalNames,
+        notes: &mut Vec<String>,
+    ) {
+        use profiler_common::*;
+        if f.flags & FINAL_PSI != 0 {
+            let idx = |n: &str| {
+                names
+                    .psi_states
+                    .iter()
+                    .find(|(x, _)| x == n)
+                    .map(|(_, v)| *v as usize)
+            };
+            let total = |n: &str| {
+                idx(n)
+                    .filter(|&i| i < PSI_STATES)
+                    .map(|i| f.psi_ns[i] as f64 / 1e9)
+            };
+            for (slot, some, full) in [
+                (&mut self.cpu_pressure, "PSI_CPU_SOME", "PSI_CPU_FULL"),
+                (&mut self.io_pressure, "PSI_IO_SOME", "PSI_IO_FULL"),
+                (&mut self.memory_pressure, "PSI_MEM_SOME", "PSI_MEM_FULL"),
+                (&mut self.irq_pressure, "", "PSI_IRQ_FULL"),
+            ] {
+                let (ts, tf) = (total(some), total(full));
+                if ts.is_none() && tf.is_none() {
+                    continue; // this kernel has no such state (irq without IRQ time accounting)
+                }
+                let old = slot.as_ref().and_then(|s| s.value);
+                let merge = |t: Option<f64>, o: Option<PsiReport>| {
+                    t.map(|total_s| PsiReport {
+                        total_s,
+                        avg10: o.and_then(|o| o.avg10),
+                        avg60: o.and_then(|o| o.avg60),
+                        avg300: o.and_then(|o| o.avg300),
+                    })
+                };
+                let value = PressureReport {
+                    some: merge(ts, old.and_then(|o| o.some)),
+                    full: merge(tf, old.and_then(|o| o.full)),
+                };
+                *slot = Some(final_of(value));
+            }
+            if f.flags & FINAL_PSI_ACTIVE != 0 {
+                notes.push("a pressure state was still active at the cgroup's removal: PSI totals may lack its last moments".into());
+            }
+        }
+        if f.flags & (FINAL_PSI | FINAL_CPU) != 0 && f.flags & FINAL_CPU_UNKNOWN != 0 {
+            notes.push("some CPU's per-cpu area is unknown (CPU hot-plugged since attach?): its part of the final PSI and cpu usage is missing".into());
+        }
+        if f.flags & FINAL_CPU != 0 {
+            self.cpu_usage_usec = Some(final_of(f.cpu_usage_ns / 1000));
+        }
+        if f.flags & FINAL_MEMORY != 0 {
+            self.memory_peak_bytes = Some(final_of(f.memory_peak_pages * 4096));
+            let mut events = BTreeMap::new();
+            for (name, idx) in &names.memcg_events {
+                let Some(n) = name.strip_prefix("MEMCG_") else {
+                    continue;
+                };
+                // memory.events shows these; the swap ones are in memory.swap.events.
+                if ["LOW", "HIGH", "MAX", "OOM", "OOM_KILL", "OOM_GROUP_KILL"].contains(&n)
+                    && (*idx as usize) < MEMCG_EVENTS
+                {
+                    events.insert(n.to_ascii_lowercase(), f.memory_events[*idx as usize]);
+                }
+            }
+            self.memory_events = Some(final_of(events));
+        }
+        if f.flags & FINAL_PIDS != 0 {
+            self.pids_peak = Some(final_of(f.pids_peak));
+        }
+    }
+
     /// Compare eBPF block-layer bytes with io.stat (summed over devices), where io.stat exists.
     pub fn crosscheck(&mut self, ebpf_read: u64, ebpf_write: u64) {
         let Some(io) = &self.io_stat else { return };
         let Some(devs) = &io.value else { return };
-        let sum = |k: &str| devs.values().map(|d| d.get(k).copied().unwrap_or(0)).sum::<u64>();
+        let sum = |k: &str| {
+            devs.values()
+                .map(|d| d.get(k).copied().unwrap_or(0))
+                .sum::<u64>()
+        };
         let (r, w) = (sum("rbytes"), sum("wbytes"));
         self.disk_crosscheck = Some(DiskCrosscheck {
             ebpf_read_bytes: ebpf_read,
@@ -446,8 +628,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("profiler-files-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("cgroup.controllers"), "cpu pids\n").unwrap();
-        std::fs::write(dir.join("cpu.stat"), "usage_usec 5\nuser_usec 3\nsystem_usec 2\n").unwrap();
-        std::fs::write(dir.join("cpu.pressure"), "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\n").unwrap();
+        std::fs::write(
+            dir.join("cpu.stat"),
+            "usage_usec 5\nuser_usec 3\nsystem_usec 2\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("cpu.pressure"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\n",
+        )
+        .unwrap();
         let layout = Layout {
             v2_mount: dir.clone(),
             v2_controllers: vec!["cpu".into(), "io".into(), "memory".into(), "pids".into()],
@@ -457,17 +647,48 @@ mod tests {
         let mut f = ExecFiles::open(&layout, &dir);
         f.sample(100);
         let r = f.report(50, false);
-        assert_eq!(r.cpu_stat.as_ref().unwrap().value.as_ref().unwrap()["usage_usec"], 5);
+        assert_eq!(
+            r.cpu_stat.as_ref().unwrap().value.as_ref().unwrap()["usage_usec"],
+            5
+        );
         assert_eq!(r.cpu_stat.as_ref().unwrap().when, "final");
-        assert_eq!(r.cpu_pressure.as_ref().unwrap().value.unwrap().some.unwrap().total_s, 7e-6);
+        assert_eq!(
+            r.cpu_pressure
+                .as_ref()
+                .unwrap()
+                .value
+                .unwrap()
+                .some
+                .unwrap()
+                .total_s,
+            7e-6
+        );
         let io = r.io_stat.unwrap();
         assert!(io.value.is_none());
-        assert!(io.missing.unwrap().contains("io controller is not enabled"), "never a silent zero");
-        let hybrid = Layout { v2_controllers: vec!["hugetlb".into()], ..layout };
+        assert!(
+            io.missing.unwrap().contains("io controller is not enabled"),
+            "never a silent zero"
+        );
+        let hybrid = Layout {
+            v2_controllers: vec!["hugetlb".into()],
+            ..layout
+        };
         let f = ExecFiles::open(&hybrid, &dir);
         let r = f.report(0, false);
-        assert!(r.memory_peak_bytes.unwrap().missing.unwrap().contains("not on the cgroup v2 hierarchy"));
-        assert!(r.irq_pressure.unwrap().missing.unwrap().contains("IRQ pressure"));
+        assert!(
+            r.memory_peak_bytes
+                .unwrap()
+                .missing
+                .unwrap()
+                .contains("not on the cgroup v2 hierarchy")
+        );
+        assert!(
+            r.irq_pressure
+                .unwrap()
+                .missing
+                .unwrap()
+                .contains("IRQ pressure")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

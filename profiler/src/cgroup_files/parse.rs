@@ -25,7 +25,8 @@ fn err<T>(msg: impl Into<String>) -> Result<T> {
 }
 
 fn num(key: &str, v: &str) -> Result<u64> {
-    v.parse().or_else(|_| err(format!("{key}: {v:?} is not a number")))
+    v.parse()
+        .or_else(|_| err(format!("{key}: {v:?} is not a number")))
 }
 
 /// One line of a PSI file: "some avg10=0.00 avg60=0.00 avg300=0.00 total=0".
@@ -73,12 +74,18 @@ pub fn pressure(text: &str) -> Result<Pressure> {
             };
         }
         if seen != 15 {
-            return err(format!("pressure line {line:?} lacks some of avg10, avg60, avg300, total"));
+            return err(format!(
+                "pressure line {line:?} lacks some of avg10, avg60, avg300, total"
+            ));
         }
         match kind {
             "some" => p.some = Some(l),
             "full" => p.full = Some(l),
-            _ => return err(format!("pressure line {line:?}: expected \"some\" or \"full\"")),
+            _ => {
+                return err(format!(
+                    "pressure line {line:?}: expected \"some\" or \"full\""
+                ));
+            }
         }
     }
     if p.some.is_none() && p.full.is_none() {
@@ -110,7 +117,9 @@ pub fn nested_keyed(text: &str) -> Result<BTreeMap<String, BTreeMap<String, u64>
         let mut w = line.split_whitespace();
         let dev = w.next().unwrap_or("");
         if !is_dev(dev) {
-            return err(format!("line {line:?} does not start with a device maj:min"));
+            return err(format!(
+                "line {line:?} does not start with a device maj:min"
+            ));
         }
         let mut fields = BTreeMap::new();
         for kv in w {
@@ -153,9 +162,15 @@ pub fn blkio_v1(text: &str) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
             }
             [dev, op, v] if is_dev(dev) => {
                 let key = op.to_ascii_lowercase();
-                out.entry((*dev).to_owned()).or_default().insert(key, num(op, v)?);
+                out.entry((*dev).to_owned())
+                    .or_default()
+                    .insert(key, num(op, v)?);
             }
-            _ => return err(format!("line {line:?} is neither \"maj:min Op value\" nor \"Total value\"")),
+            _ => {
+                return err(format!(
+                    "line {line:?} is neither \"maj:min Op value\" nor \"Total value\""
+                ));
+            }
         }
     }
     if !total_seen {
@@ -171,7 +186,8 @@ mod tests {
     // Captured on this project's machine (Linux 6.18, hybrid cgroups).
     const HOST_CPU_PRESSURE: &str = "some avg10=0.03 avg60=0.14 avg300=1.80 total=237575214\n\
                                      full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
-    const HOST_CPU_STAT: &str = "usage_usec 4261937\nuser_usec 3095063\nsystem_usec 1166873\nnice_usec 0\n";
+    const HOST_CPU_STAT: &str =
+        "usage_usec 4261937\nuser_usec 3095063\nsystem_usec 1166873\nnice_usec 0\n";
     const HOST_BLKIO_ROOT: &str = "Total 0\n";
     // Captured in the pure cgroup v2 VM of `cargo xtask vmtest` (Debian 6.12.95 kernel), from
     // an exec that wrote and read 8 MiB.
@@ -197,7 +213,10 @@ mod tests {
         assert_eq!(p.some.unwrap().avg300, 1.80);
         assert_eq!(p.full.unwrap().total_us, 0);
         let v2 = pressure(V2_CPU_PRESSURE).unwrap();
-        assert_eq!((v2.some.unwrap().total_us, v2.full.unwrap().total_us), (3981, 2525));
+        assert_eq!(
+            (v2.some.unwrap().total_us, v2.full.unwrap().total_us),
+            (3981, 2525)
+        );
         let irq = pressure(IRQ_PRESSURE).unwrap();
         assert!(irq.some.is_none());
         assert_eq!(irq.full.unwrap().total_us, 1283);
@@ -218,7 +237,10 @@ mod tests {
     #[test]
     fn malformed_and_truncated_files_are_errors() {
         assert!(pressure("").is_err());
-        assert!(pressure("some avg10=0.00 avg60=0.00").is_err(), "truncated line");
+        assert!(
+            pressure("some avg10=0.00 avg60=0.00").is_err(),
+            "truncated line"
+        );
         assert!(pressure("some avg10=x avg60=0 avg300=0 total=1").is_err());
         assert!(pressure("sum avg10=0 avg60=0 avg300=0 total=1").is_err());
         assert!(pressure("some avg10=0 avg60=0 avg300=0 total=-1").is_err());

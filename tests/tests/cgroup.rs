@@ -1,0 +1,292 @@
+//! The exec records' cgroup section: pressure (PSI) and controller files merged with the eBPF
+//! figures, with final values for execs that end between two samples. Root and BPF needed;
+//! these run on this host (hybrid cgroups) and in the VMs (pure cgroup v2).
+
+use std::{
+    fs,
+    path::Path,
+    thread,
+    time::{Duration, Instant},
+};
+
+use profiler_tests::*;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn busy() -> String {
+    std::env::var("BUSY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_busy").to_owned())
+}
+
+fn rmdir(dir: &Path) {
+    let deadline = Instant::now() + secs(5);
+    while let Err(e) = fs::remove_dir(dir) {
+        assert!(Instant::now() < deadline, "rmdir {}: {e}", dir.display());
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// `some` (or `full`) total of a pressure file, in microseconds.
+fn psi_total_us(dir: &Path, res: &str, kind: &str) -> u64 {
+    let text = fs::read_to_string(dir.join(format!("{res}.pressure"))).unwrap();
+    let line = text.lines().find(|l| l.starts_with(kind)).unwrap();
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("total="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// True on a pure cgroup v2 host where the exec cgroups get the memory and pids controllers.
+fn controllers_on_v2(cg: &TestCgroup) -> bool {
+    let s = fs::read_to_string(cg.path.join("cgroup.subtree_control")).unwrap_or_default();
+    s.contains("memory") && s.contains("pids")
+}
+
+/// Test 1: an exec that stalls on IO (direct IO while another exec saturates the disk) shows
+/// io.pressure `some` > 0, final, in its record.
+#[test]
+fn io_stall_shows_in_io_pressure() {
+    let cg = TestCgroup::new("iopsi");
+    let scratch = scratch_dir("iopsi");
+    let p = Attached::start(&cg, &[]);
+    let hog = cg.child("saturator");
+    let victim = cg.child("victim");
+    let big = format!("of={}", scratch.join("big").display());
+    let mut h = spawn_in(
+        &hog,
+        &[
+            "dd",
+            "if=/dev/zero",
+            &big,
+            "bs=1M",
+            "count=2048",
+            "oflag=direct",
+            "status=none",
+        ],
+    );
+    thread::sleep(Duration::from_millis(300));
+    let small = format!("of={}", scratch.join("small").display());
+    run_in(
+        &victim,
+        &[
+            "dd",
+            "if=/dev/zero",
+            &small,
+            "bs=64k",
+            "count=128",
+            "oflag=direct",
+            "status=none",
+        ],
+    );
+    let truth_us = psi_total_us(&victim, "io", "some");
+    let id = cgroup_id(&victim);
+    rmdir(&victim);
+    let rec = p.wait_ended(id, secs(60));
+    h.kill().unwrap();
+    h.wait().unwrap();
+    let io = &rec["cgroup"]["io_pressure"];
+    assert_eq!(io["when"], "final", "{io}");
+    let got = f(&io["value"]["some"]["total_s"]);
+    eprintln!(
+        "MEASURED io.pressure some of the victim: {got} s (file before removal {truth_us} us)"
+    );
+    assert!(
+        got > 0.0,
+        "an exec waiting on a saturated disk has IO pressure: {io}"
+    );
+    assert!(
+        got * 1e6 >= truth_us as f64,
+        "the final total includes the last read: {got} s vs {truth_us} us"
+    );
+    let hid = cgroup_id(&hog);
+    rmdir(&hog);
+    p.wait_ended(hid, secs(60));
+    p.stop();
+    let _ = fs::remove_dir_all(&scratch);
+}
+
+/// Test 2: three execs, one CPU hog each, pinned to one CPU. An exec's cpu.pressure `some`
+/// total is the wall time during which at least one of its tasks was runnable but waiting:
+/// with one task, exactly that task's run-queue delay (with several, between the largest
+/// delay of one task and their sum). Within 10% of the eBPF run-queue delay.
+#[test]
+fn cpu_pressure_matches_run_queue_delay() {
+    let cg = TestCgroup::new("cpupsi");
+    let p = Attached::start(&cg, &[]);
+    let mut hogs = Vec::new();
+    for i in 0..3 {
+        let e = cg.child(&format!("hog{i}"));
+        let child = spawn_in(&e, &["taskset", "-c", "0", &busy(), "600000000"]);
+        hogs.push((e, child));
+    }
+    thread::sleep(Duration::from_secs(3));
+    for (_, c) in hogs.iter_mut() {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    let mut ids = Vec::new();
+    for (e, _) in &hogs {
+        ids.push(cgroup_id(e));
+        rmdir(e);
+    }
+    for id in ids {
+        let rec = p.wait_ended(id, secs(60));
+        let runq = u(&rec["cpu"]["runq_delay_ns"]) as f64 / 1e9;
+        let cpu = &rec["cgroup"]["cpu_pressure"];
+        assert_eq!(cpu["when"], "final", "{cpu}");
+        let some = f(&cpu["value"]["some"]["total_s"]);
+        let err = report(
+            "cpu.pressure some vs eBPF run-queue delay",
+            some * 1e9,
+            runq * 1e9,
+        );
+        assert!(runq > 0.5, "three hogs on one CPU wait: {runq} s");
+        assert!(err <= 0.10, "cpu some {some} s vs run-queue delay {runq} s");
+    }
+    p.stop();
+}
+
+/// Test 3: 200 execs of about 5 ms each, removed at once: every record has the final PSI
+/// totals and cpu.stat usage. Truth: the attached cgroup's own files (PSI and cpu.stat are
+/// hierarchical), read before and after each exec; nothing else runs in it, and the execs'
+/// own files are never read, so the profiler's final values come from the kernel's per-cpu
+/// figures alone.
+#[test]
+fn short_execs_get_final_pressure_and_cpu_usage() {
+    let cg = TestCgroup::new("final");
+    let scratch = scratch_dir("final");
+    let v2 = controllers_on_v2(&cg);
+    // Sample slower than the execs live: their files are never read.
+    let p = Attached::start(&cg, &["--sample-interval", "60m"]);
+    let out = format!("of={}", scratch.join("f").display());
+    let n = 200;
+    let mut truth = Vec::new();
+    for i in 0..n {
+        let (usage0, io0, cpu0) = (
+            cpu_usage_usec(&cg.path),
+            psi_total_us(&cg.path, "io", "some"),
+            psi_total_us(&cg.path, "cpu", "some"),
+        );
+        let e = cg.child(&format!("e{i}"));
+        let id = cgroup_id(&e);
+        run_in(
+            &e,
+            &[
+                "dd",
+                "if=/dev/zero",
+                &out,
+                "bs=64k",
+                "count=2",
+                "oflag=direct",
+                "status=none",
+            ],
+        );
+        rmdir(&e);
+        let (usage1, io1, cpu1) = (
+            cpu_usage_usec(&cg.path),
+            psi_total_us(&cg.path, "io", "some"),
+            psi_total_us(&cg.path, "cpu", "some"),
+        );
+        truth.push((id, usage1 - usage0, io1 - io0, cpu1 - cpu0));
+    }
+    let mut worst_cpu: f64 = 0.0;
+    let mut worst_io: f64 = 0.0;
+    for (id, usage_us, io_us, cpu_us) in truth {
+        let rec = p.wait_ended(id, secs(60));
+        let c = &rec["cgroup"];
+        assert!(u(&rec["wall_ns"]) < 1_000_000_000, "a short exec: {rec}");
+        for (name, res) in [
+            ("cpu_usage_usec", &c["cpu_usage_usec"]),
+            ("io_pressure", &c["io_pressure"]),
+            ("cpu_pressure", &c["cpu_pressure"]),
+        ] {
+            assert_eq!(res["when"], "final", "{name}: {res}");
+        }
+        let usage = u(&c["cpu_usage_usec"]["value"]);
+        // Both in whole microseconds: allow the rounding of each.
+        assert!(
+            usage.abs_diff(usage_us) <= 2,
+            "cpu usage {usage} us vs {usage_us} us: {rec}"
+        );
+        worst_cpu = worst_cpu.max(usage.abs_diff(usage_us) as f64);
+        let io = f(&c["io_pressure"]["value"]["some"]["total_s"]) * 1e6;
+        let cpu = f(&c["cpu_pressure"]["value"]["some"]["total_s"]) * 1e6;
+        let tol = |truth: u64| 0.01 * truth as f64 + 3.0;
+        assert!(
+            (io - io_us as f64).abs() <= tol(io_us),
+            "io some {io} us vs {io_us} us: {rec}"
+        );
+        assert!(
+            (cpu - cpu_us as f64).abs() <= tol(cpu_us),
+            "cpu some {cpu} us vs {cpu_us} us: {rec}"
+        );
+        worst_io = worst_io.max((io - io_us as f64).abs());
+        if v2 {
+            for name in ["memory_peak_bytes", "memory_events", "pids_peak"] {
+                assert_eq!(c[name]["when"], "final", "{name}: {c}");
+            }
+            assert!(u(&c["pids_peak"]["value"]) >= 1);
+        }
+    }
+    eprintln!(
+        "MEASURED final figures of {n} short execs: worst cpu usage diff {worst_cpu} us, worst io some diff {worst_io:.1} us"
+    );
+    p.stop();
+    let _ = fs::remove_dir_all(&scratch);
+}
+
+/// Test 4: files a host lacks are flagged with the reason, never reported as zero; where the
+/// host has them (pure v2), they carry values and their source.
+#[test]
+fn missing_files_are_flagged_not_zero() {
+    let cg = TestCgroup::new("missing");
+    let p = Attached::start(&cg, &[]);
+    let e = cg.child("job");
+    let mut hog = spawn_in(&e, &[&busy(), "600000000"]);
+    thread::sleep(Duration::from_millis(1500));
+    hog.kill().unwrap();
+    hog.wait().unwrap();
+    let id = cgroup_id(&e);
+    rmdir(&e);
+    let rec = p.wait_ended(id, secs(60));
+    let c = &rec["cgroup"];
+    let v2 = controllers_on_v2(&cg);
+    for name in [
+        "io_stat",
+        "memory_current_bytes",
+        "memory_stat",
+        "pids_current",
+    ] {
+        let x = &c[name];
+        if v2 {
+            assert!(
+                x["value"].is_object() || x["value"].is_u64(),
+                "{name} has a value on pure v2: {x}"
+            );
+            assert!(
+                x["source"].as_str().unwrap().starts_with("cgroup v2"),
+                "{x}"
+            );
+        } else {
+            assert!(
+                x.get("value").is_none(),
+                "{name}: no value, not a zero: {x}"
+            );
+            let why = x["missing"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name} says why it is missing: {x}"));
+            assert!(why.contains("controller"), "{name}: {why}");
+        }
+    }
+    // cpu.stat is there on both: sampled, and its usage final from the removal.
+    assert!(u(&c["cpu_stat"]["value"]["usage_usec"]) > 0, "{c}");
+    assert_eq!(c["cpu_usage_usec"]["when"], "final", "{c}");
+    assert!(u(&c["cpu_usage_usec"]["value"]) > 1_000_000, "{c}");
+    p.stop();
+}
