@@ -139,8 +139,7 @@ pub struct FinalOffsets {
     pub psic_state_mask: u32,
     /// NR_PSI_STATES (the last state, PSI_NONIDLE, weighs the others).
     pub nr_psi_states: u32,
-    /// CONFIG_HZ: PSI weighs CPUs by their non-idle time in jiffies.
-    pub hz: u32,
+    pub _pad2: u32,
     /// cgroup.subsys[] and the indices of the memory and pids controllers in it.
     pub cgroup_subsys: u32,
     pub memory_cgrp_id: u32,
@@ -175,7 +174,7 @@ impl FinalOffsets {
         psic_times_prev: ABSENT,
         psic_state_mask: ABSENT,
         nr_psi_states: 0,
-        hz: 0,
+        _pad2: 0,
         cgroup_subsys: ABSENT,
         memory_cgrp_id: ABSENT,
         pids_cgrp_id: ABSENT,

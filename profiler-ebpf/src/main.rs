@@ -104,6 +104,13 @@ static PERCPU_OFFSETS: Array<u64> = Array::with_max_entries(MAX_CPUS, 0);
 #[map]
 static PERCPU_RQ: Array<u64> = Array::with_max_entries(MAX_CPUS, 0);
 
+/// CONFIG_HZ (PSI weighs CPUs by non-idle jiffies), set by userspace from the kernel's config
+/// or measured with JIFFY_PROBE: (jiffies, ktime) at the last percpu_discover run.
+#[map]
+static HZ: Array<u64> = Array::with_max_entries(1, 0);
+#[map]
+static JIFFY_PROBE: Array<u64> = Array::with_max_entries(2, 0);
+
 /// Lifecycle records to userspace.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
@@ -449,7 +456,7 @@ fn exec_final(cgrp: *const u8, id: u64) {
     let psi = rd_ptr(cgrp, fin!(cgroup_psi));
     let pcpu = rd::<u64>(psi, fin!(psi_pcpu));
     let nr = fin!(nr_psi_states) as usize;
-    let hz = fin!(hz) as u64;
+    let hz = HZ.get(0).copied().unwrap_or(0);
     let psi_ok = !psi.is_null() && pcpu != 0 && nr >= 2 && nr <= PSI_STATES && hz > 0;
     // Divisions go through checked_div: a panic path has no place in a BPF program.
     let jiffy_ns = 1_000_000_000u64.checked_div(hz).unwrap_or(1).max(1);
@@ -529,6 +536,13 @@ pub extern "C" fn percpu_discover(ctx: *mut c_void) -> i32 {
     let ctx = ctx as *const BpfIterTask;
     // SAFETY: the kernel passes a bpf_iter__task.
     let task = unsafe { (*ctx).task };
+    if let (Some(j), Some(t)) = (JIFFY_PROBE.get_ptr_mut(0), JIFFY_PROBE.get_ptr_mut(1)) {
+        // SAFETY: array slots; helpers without arguments.
+        unsafe {
+            *j = helper::bpf_jiffies64();
+            *t = bpf_ktime_get_ns();
+        }
+    }
     if task.is_null() || fin!(task_se_cfs_rq) == ABSENT {
         return 0;
     }

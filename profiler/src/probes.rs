@@ -51,6 +51,8 @@ pub struct Probes {
     drops: PerCpuArray<MapData, u64>,
     percpu_offsets: Array<MapData, u64>,
     percpu_rq: Array<MapData, u64>,
+    hz: Array<MapData, u64>,
+    jiffy_probe: Array<MapData, u64>,
 }
 
 /// Figures of one loaded program, from the kernel's BPF statistics.
@@ -104,6 +106,8 @@ impl Probes {
         let drops = PerCpuArray::try_from(take(&mut ebpf, "DROPS")?)?;
         let percpu_offsets = Array::try_from(take(&mut ebpf, "PERCPU_OFFSETS")?)?;
         let percpu_rq = Array::try_from(take(&mut ebpf, "PERCPU_RQ")?)?;
+        let hz = Array::try_from(take(&mut ebpf, "HZ")?)?;
+        let jiffy_probe = Array::try_from(take(&mut ebpf, "JIFFY_PROBE")?)?;
         let mut probes = Self {
             ebpf,
             block_start,
@@ -115,6 +119,8 @@ impl Probes {
             drops,
             percpu_offsets,
             percpu_rq,
+            hz,
+            jiffy_probe,
         };
         for name in CGROUP_PROGRAMS
             .iter()
@@ -196,12 +202,24 @@ impl Probes {
     /// CPUs found, or why the offsets cannot be trusted (they are then cleared, and the
     /// per-cpu figures at removal are not read).
     pub fn discover_percpu(&mut self, nr_cpus: u32) -> std::result::Result<u32, String> {
-        let iter: &mut Iter = self.program("percpu_discover").map_err(|e| e.to_string())?;
-        let link_id = iter.attach().map_err(|e| e.to_string())?;
-        let link = iter.take_link(link_id).map_err(|e| e.to_string())?;
-        let mut file = link.into_file().map_err(|e| e.to_string())?;
-        let mut sink = Vec::new();
-        file.read_to_end(&mut sink).map_err(|e| e.to_string())?;
+        self.run_discover()?;
+        // CONFIG_HZ: from the kernel's config, else measured from jiffies over 100 ms.
+        let hz = match crate::kernel_layout::kernel_hz() {
+            Some(hz) => hz as u64,
+            None => {
+                let (j0, t0) = self.jiffy_probe();
+                std::thread::sleep(Duration::from_millis(100));
+                self.run_discover()?;
+                let (j1, t1) = self.jiffy_probe();
+                let est = (j1.wrapping_sub(j0)) as f64 / ((t1.wrapping_sub(t0)) as f64 / 1e9);
+                [100u64, 250, 300, 1000]
+                    .into_iter()
+                    .min_by(|a, b| (*a as f64 - est).abs().total_cmp(&(*b as f64 - est).abs()))
+                    .filter(|&hz| (hz as f64 - est).abs() <= hz as f64 * 0.15)
+                    .ok_or_else(|| format!("cannot tell CONFIG_HZ (measured {est:.0} jiffies/s)"))?
+            }
+        };
+        self.hz.set(0, hz, 0).map_err(|e| e.to_string())?;
         let mut found = Vec::new();
         for cpu in 0..nr_cpus.min(MAX_CPUS) {
             let off = self.percpu_offsets.get(&cpu, 0).unwrap_or(0);
@@ -237,6 +255,25 @@ impl Probes {
             return Err(why);
         }
         Ok(n)
+    }
+
+    /// One pass of the percpu_discover iterator.
+    fn run_discover(&mut self) -> std::result::Result<(), String> {
+        let iter: &mut Iter = self.program("percpu_discover").map_err(|e| e.to_string())?;
+        let link_id = iter.attach().map_err(|e| e.to_string())?;
+        let link = iter.take_link(link_id).map_err(|e| e.to_string())?;
+        let mut file = link.into_file().map_err(|e| e.to_string())?;
+        let mut sink = Vec::new();
+        file.read_to_end(&mut sink).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// (jiffies, ktime ns) as of the last percpu_discover pass.
+    fn jiffy_probe(&self) -> (u64, u64) {
+        (
+            self.jiffy_probe.get(&0, 0).unwrap_or(0),
+            self.jiffy_probe.get(&1, 0).unwrap_or(0),
+        )
     }
 
     /// Drop counters summed over CPUs.

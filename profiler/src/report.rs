@@ -401,6 +401,50 @@ impl ExecReport {
                 );
             }
         }
+        if let Some(c) = &self.cgroup {
+            let psi =
+                |p: &Option<crate::cgroup_files::Sourced<crate::cgroup_files::PressureReport>>| {
+                    match p.as_ref().and_then(|p| p.value) {
+                        Some(v) => format!(
+                            "some {} full {}",
+                            v.some
+                                .map(|x| dur((x.total_s * 1e9) as u64))
+                                .unwrap_or_else(|| "-".into()),
+                            v.full
+                                .map(|x| dur((x.total_s * 1e9) as u64))
+                                .unwrap_or_else(|| "-".into())
+                        ),
+                        None => "n/a".into(),
+                    }
+                };
+            let _ = writeln!(
+                s,
+                "  pressure   cpu {}  io {}  memory {}",
+                psi(&c.cpu_pressure),
+                psi(&c.io_pressure),
+                psi(&c.memory_pressure)
+            );
+            let val = |x: &Option<crate::cgroup_files::Sourced<u64>>, f: fn(u64) -> String| {
+                x.as_ref()
+                    .and_then(|x| x.value)
+                    .map(f)
+                    .unwrap_or_else(|| "n/a".into())
+            };
+            let oom = c
+                .memory_events
+                .as_ref()
+                .and_then(|e| e.value.as_ref())
+                .map(|e| format!("{} oom kills", e.get("oom_kill").copied().unwrap_or(0)))
+                .unwrap_or_else(|| "oom n/a".into());
+            let _ = writeln!(
+                s,
+                "  cgroup     cpu.stat usage {}  memory peak {}  {}  pids peak {}",
+                val(&c.cpu_usage_usec, |u| dur(u * 1000)),
+                val(&c.memory_peak_bytes, bytes),
+                oom,
+                val(&c.pids_peak, |p| p.to_string())
+            );
+        }
         let o = &self.other_processes;
         if o.processes > 0 {
             let _ = writeln!(
