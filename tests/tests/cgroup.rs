@@ -153,26 +153,28 @@ fn cpu_pressure_matches_run_queue_delay() {
 }
 
 /// Test 3: 200 execs of about 5 ms each, removed at once: every record has the final PSI
-/// totals and cpu.stat usage. Truth: the attached cgroup's own files (PSI and cpu.stat are
-/// hierarchical), read before and after each exec; nothing else runs in it, and the execs'
-/// own files are never read, so the profiler's final values come from the kernel's per-cpu
-/// figures alone.
+/// totals and cpu.stat usage, read by eBPF at removal.
+///
+/// Truth for half of them: their own files, read just before removal (the read aggregates
+/// PSI, so the final values must then equal it to the microsecond). The other half are never
+/// read: their truth is the attached cgroup's own files (PSI and cpu.stat are hierarchical and
+/// nothing else runs in it), read before and after each exec. cpu usage must match exactly;
+/// PSI only roughly, because the kernel's PSI total depends on when it aggregates (each CPU
+/// weighs by its non-idle jiffies per aggregation period, and the parent may aggregate in the
+/// middle of an exec), so it gets a loose bound and its error is printed.
 #[test]
 fn short_execs_get_final_pressure_and_cpu_usage() {
     let cg = TestCgroup::new("final");
     let scratch = scratch_dir("final");
     let v2 = controllers_on_v2(&cg);
-    // Sample slower than the execs live: their files are never read.
+    // Sample slower than the execs live: the profiler never reads their files.
     let p = Attached::start(&cg, &["--sample-interval", "60m"]);
     let out = format!("of={}", scratch.join("f").display());
     let n = 200;
     let mut truth = Vec::new();
     for i in 0..n {
-        let (usage0, io0, cpu0) = (
-            cpu_usage_usec(&cg.path),
-            psi_total_us(&cg.path, "io", "some"),
-            psi_total_us(&cg.path, "cpu", "some"),
-        );
+        let parent = |res: &str| psi_total_us(&cg.path, res, "some");
+        let (usage0, io0, cpu0) = (cpu_usage_usec(&cg.path), parent("io"), parent("cpu"));
         let e = cg.child(&format!("e{i}"));
         let id = cgroup_id(&e);
         run_in(
@@ -187,55 +189,68 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
                 "status=none",
             ],
         );
+        let own = (i % 2 == 0).then(|| {
+            (
+                cpu_usage_usec(&e),
+                psi_total_us(&e, "io", "some"),
+                psi_total_us(&e, "cpu", "some"),
+            )
+        });
         rmdir(&e);
-        let (usage1, io1, cpu1) = (
-            cpu_usage_usec(&cg.path),
-            psi_total_us(&cg.path, "io", "some"),
-            psi_total_us(&cg.path, "cpu", "some"),
-        );
-        truth.push((id, usage1 - usage0, io1 - io0, cpu1 - cpu0));
+        let (usage1, io1, cpu1) = (cpu_usage_usec(&cg.path), parent("io"), parent("cpu"));
+        truth.push((id, own, (usage1 - usage0, io1 - io0, cpu1 - cpu0)));
     }
-    let mut worst_cpu: f64 = 0.0;
-    let mut worst_io: f64 = 0.0;
-    for (id, usage_us, io_us, cpu_us) in truth {
+    let (mut worst_own, mut worst_parent_psi, mut worst_usage) = (0f64, 0f64, 0u64);
+    for (id, own, (usage_us, io_us, cpu_us)) in truth {
         let rec = p.wait_ended(id, secs(60));
         let c = &rec["cgroup"];
-        assert!(u(&rec["wall_ns"]) < 1_000_000_000, "a short exec: {rec}");
-        for (name, res) in [
-            ("cpu_usage_usec", &c["cpu_usage_usec"]),
-            ("io_pressure", &c["io_pressure"]),
-            ("cpu_pressure", &c["cpu_pressure"]),
-        ] {
-            assert_eq!(res["when"], "final", "{name}: {res}");
+        for name in ["cpu_usage_usec", "io_pressure", "cpu_pressure"] {
+            assert_eq!(c[name]["when"], "final", "{name}: {c}");
         }
-        let usage = u(&c["cpu_usage_usec"]["value"]);
-        // Both in whole microseconds: allow the rounding of each.
-        assert!(
-            usage.abs_diff(usage_us) <= 2,
-            "cpu usage {usage} us vs {usage_us} us: {rec}"
-        );
-        worst_cpu = worst_cpu.max(usage.abs_diff(usage_us) as f64);
-        let io = f(&c["io_pressure"]["value"]["some"]["total_s"]) * 1e6;
-        let cpu = f(&c["cpu_pressure"]["value"]["some"]["total_s"]) * 1e6;
-        let tol = |truth: u64| 0.01 * truth as f64 + 3.0;
-        assert!(
-            (io - io_us as f64).abs() <= tol(io_us),
-            "io some {io} us vs {io_us} us: {rec}"
-        );
-        assert!(
-            (cpu - cpu_us as f64).abs() <= tol(cpu_us),
-            "cpu some {cpu} us vs {cpu_us} us: {rec}"
-        );
-        worst_io = worst_io.max((io - io_us as f64).abs());
         if v2 {
             for name in ["memory_peak_bytes", "memory_events", "pids_peak"] {
                 assert_eq!(c[name]["when"], "final", "{name}: {c}");
             }
             assert!(u(&c["pids_peak"]["value"]) >= 1);
         }
+        let usage = u(&c["cpu_usage_usec"]["value"]);
+        let io = f(&c["io_pressure"]["value"]["some"]["total_s"]) * 1e6;
+        let cpu = f(&c["cpu_pressure"]["value"]["some"]["total_s"]) * 1e6;
+        // Both sides in whole microseconds: allow the rounding of each.
+        assert!(
+            usage.abs_diff(usage_us) <= 2,
+            "cpu usage {usage} us vs parent's {usage_us} us: {rec}"
+        );
+        worst_usage = worst_usage.max(usage.abs_diff(usage_us));
+        match own {
+            Some((own_usage, own_io, own_cpu)) => {
+                assert!(
+                    usage.abs_diff(own_usage) <= 2,
+                    "cpu usage {usage} vs own file {own_usage}: {rec}"
+                );
+                for (got, want, what) in [(io, own_io, "io"), (cpu, own_cpu, "cpu")] {
+                    assert!(
+                        (got - want as f64).abs() <= 2.0,
+                        "{what} some {got} us vs own file {want} us: {rec}"
+                    );
+                    worst_own = worst_own.max((got - want as f64).abs());
+                }
+            }
+            None => {
+                for (got, want, what) in [(io, io_us, "io"), (cpu, cpu_us, "cpu")] {
+                    let d = (got - want as f64).abs();
+                    assert!(
+                        d <= 0.5 * want as f64 + 500.0,
+                        "{what} some {got} us vs parent's {want} us: {rec}"
+                    );
+                    worst_parent_psi = worst_parent_psi.max(d);
+                }
+            }
+        }
     }
     eprintln!(
-        "MEASURED final figures of {n} short execs: worst cpu usage diff {worst_cpu} us, worst io some diff {worst_io:.1} us"
+        "MEASURED final figures of {n} short execs: cpu usage vs parent within {worst_usage} us; \
+         PSI vs own file (read before removal) within {worst_own:.1} us; PSI vs parent (never read) within {worst_parent_psi:.1} us"
     );
     p.stop();
     let _ = fs::remove_dir_all(&scratch);
