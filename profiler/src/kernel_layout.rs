@@ -29,6 +29,9 @@ pub const TRACEPOINTS: &[(&str, &str)] = &[
 pub const BLOCK_START: &str = "block_io_start";
 pub const BLOCK_START_FALLBACK: &str = "block_getrq";
 
+/// An enum's enumerators: (name, value).
+pub type EnumNames = Vec<(String, u32)>;
+
 /// The resolved layout plus what was found missing (optional fields degrade figures).
 #[derive(Clone, Debug)]
 pub struct KernelLayout {
@@ -464,10 +467,10 @@ impl KernelBtf {
         for t in secs {
             if let Type::Datasec(d) = t {
                 for v in &d.variables {
-                    if let Some(id) = btf_rs::BtfType::get_type_id(v) {
-                        if var_ids.contains(&id) {
-                            return Some(v.offset() as u64);
-                        }
+                    if let Some(id) = btf_rs::BtfType::get_type_id(v)
+                        && var_ids.contains(&id)
+                    {
+                        return Some(v.offset() as u64);
                     }
                 }
             }

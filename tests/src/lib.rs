@@ -376,3 +376,62 @@ pub fn report(name: &str, measured: f64, truth: f64) -> f64 {
     );
     e
 }
+
+/// A JSON number as u64 (panics with the value otherwise).
+pub fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// A JSON number as f64.
+pub fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// The `busy` test workload: BUSY_BIN (the VMs), else the `busy` binary cargo built beside
+/// the test executable (target/<profile>/busy, the test being in target/<profile>/deps).
+pub fn busy() -> String {
+    if let Ok(b) = std::env::var("BUSY_BIN") {
+        return b;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(Path::parent).unwrap().join("busy");
+    assert!(
+        bin.exists(),
+        "{} missing: build it with cargo build -p profiler-tests",
+        bin.display()
+    );
+    bin.display().to_string()
+}
+
+/// Remove a cgroup directory, retrying while its last tasks finish exiting.
+pub fn rmdir(dir: &Path) {
+    let deadline = Instant::now() + secs(5);
+    while let Err(e) = fs::remove_dir(dir) {
+        assert!(Instant::now() < deadline, "rmdir {}: {e}", dir.display());
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Start `n` CPU hogs pinned to CPU 0, one per new exec `hog0..`, let them compete for
+/// `for_`, then read each one's /proc/PID/schedstat run delay and kill it at once (little
+/// delay accrues in between). Returns (exec cgroup id, run delay ns); the execs are removed.
+pub fn pinned_hogs(cg: &TestCgroup, n: usize, for_: Duration) -> Vec<(u64, u64)> {
+    let mut hogs = Vec::new();
+    for i in 0..n {
+        let e = cg.child(&format!("hog{i}"));
+        let child = spawn_in(&e, &["taskset", "-c", "0", &busy(), "600000000"]);
+        hogs.push((e, child));
+    }
+    thread::sleep(for_);
+    let mut out = Vec::new();
+    for (e, child) in hogs.iter_mut() {
+        let (_, delay) = schedstat(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        out.push((cgroup_id(e), delay));
+    }
+    for (e, _) in &hogs {
+        rmdir(e);
+    }
+    out
+}

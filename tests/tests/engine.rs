@@ -4,31 +4,14 @@
 use std::{
     collections::{HashMap, HashSet},
     fs,
-    path::Path,
     process::Command,
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use profiler_tests::*;
 
 const MIB: u64 = 1024 * 1024;
-
-fn busy() -> String {
-    std::env::var("BUSY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_busy").to_owned())
-}
-
-fn rmdir(dir: &Path) {
-    let deadline = Instant::now() + secs(5);
-    while let Err(e) = fs::remove_dir(dir) {
-        assert!(Instant::now() < deadline, "rmdir {}: {e}", dir.display());
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
 
 /// Test 1: direct IO of known sizes; written and read bytes equal them (metadata <= 1%).
 #[test]
@@ -188,24 +171,7 @@ fn cpu_time_matches_cpu_stat() {
 fn run_queue_delay_matches_schedstat() {
     let cg = TestCgroup::new("runq");
     let p = Attached::start(&cg, &[]);
-    let mut hogs = Vec::new();
-    for i in 0..3 {
-        let e = cg.child(&format!("hog{i}"));
-        let child = spawn_in(&e, &["taskset", "-c", "0", &busy(), "600000000"]);
-        hogs.push((e, child));
-    }
-    thread::sleep(secs(3));
-    let mut truth = Vec::new();
-    for (e, child) in hogs.iter_mut() {
-        // Read the ground truth, then kill at once: little delay accrues in between.
-        let (_, delay) = schedstat(child.id());
-        child.kill().unwrap();
-        child.wait().unwrap();
-        truth.push((cgroup_id(e), delay));
-    }
-    for (e, _) in &hogs {
-        rmdir(e);
-    }
+    let truth = pinned_hogs(&cg, 3, Duration::from_secs(3));
     for (id, delay) in truth {
         let rec = p.wait_ended(id, secs(30));
         let got = u(&rec["cpu"]["runq_delay_ns"]);

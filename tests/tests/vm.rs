@@ -17,18 +17,6 @@ const MIB: u64 = 1024 * 1024;
 const NEEDS: &str =
     "needs pure cgroup v2 with the io and memory controllers: run by cargo xtask vmtest";
 
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-fn rmdir(dir: &Path) {
-    let deadline = Instant::now() + secs(5);
-    while let Err(e) = fs::remove_dir(dir) {
-        assert!(Instant::now() < deadline, "rmdir {}: {e}", dir.display());
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Fail with the reason when this host cannot run these tests.
 fn require_pure_v2(cg: &TestCgroup) {
     let have = fs::read_to_string(cg.path.join("cgroup.subtree_control")).unwrap_or_default();
