@@ -508,7 +508,7 @@ impl KernelBtf {
     fn final_offsets(
         &self,
         missing: &mut Vec<String>,
-    ) -> (FinalOffsets, Vec<(String, u32)>, Vec<(String, u32)>) {
+    ) -> (FinalOffsets, EnumNames, EnumNames) {
         let mut f = FinalOffsets::ABSENT;
         let mut miss = |what: &str| missing.push(what.to_owned());
         let off = |root: &str, path: &str| self.field(root, path).map(|(o, _)| o);
