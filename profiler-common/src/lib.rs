@@ -445,6 +445,9 @@ pub struct IoWait {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Inflight {
     pub exec_id: u64,
+    /// When the entry was made: userspace removes entries whose request never completed in
+    /// view (merged into another request) after a minute.
+    pub start_ns: u64,
     pub issue_ns: u64,
     pub op: u32,
     /// 1 when the request carries a cache flush (REQ_PREFLUSH).

@@ -27,7 +27,7 @@ use aya_ebpf::{
         bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf, generated as helper,
     },
     macros::{btf_tracepoint, map},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::BtfTracePointContext,
 };
 use profiler_common::*;
@@ -83,10 +83,12 @@ static EXECS: HashMap<u64, ExecStats> = HashMap::with_max_entries(4096, 0);
 #[map]
 static BASELINES: HashMap<u32, TaskBaseline> = HashMap::with_max_entries(16384, 0);
 
-/// Request pointer -> exec and issue time, from request start to completion. LRU so that a
-/// request whose completion is never seen cannot leak an entry.
+/// Request pointer -> exec and issue time, from request start to completion. A plain hash:
+/// an LRU hash was seen to evict live entries long before it was full (inserts and deletes
+/// happen on different CPUs), losing a request's bytes. Entries of requests whose completion
+/// is never seen are removed by userspace after a minute (start_ns).
 #[map]
-static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(8192, 0);
+static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(16384, 0);
 
 /// Tid -> IO waits of tasks of the subtree that have waited on IO.
 #[map]
@@ -95,7 +97,7 @@ static IOWAITS: HashMap<u32, IoWait> = HashMap::with_max_entries(32768, 0);
 /// Bio pointer -> its origin, from block_getrq to the first issue of its request (kernels
 /// before 6.5, which lack block_io_start).
 #[map]
-static BIO_ORIGIN: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(8192, 0);
+static BIO_ORIGIN: HashMap<u64, Inflight> = HashMap::with_max_entries(16384, 0);
 
 /// Each CPU's per-cpu offset (__per_cpu_offset[cpu]), found by the percpu_discover iterator,
 /// and the address of that CPU's runqueue it was found from (0: not found).
@@ -880,6 +882,8 @@ fn bio_origin(bio: *const u8, opf: u32) -> Option<Inflight> {
     let preflush = preflush_bit < 32 && opf & (1u32 << (preflush_bit & 31)) != 0;
     Some(Inflight {
         exec_id,
+        // SAFETY: helper without arguments.
+        start_ns: unsafe { bpf_ktime_get_ns() },
         issue_ns: 0,
         op,
         preflush: preflush as u32,

@@ -505,10 +505,7 @@ impl KernelBtf {
 
     /// Offsets for the figures read at a cgroup's removal. What this kernel lacks is ABSENT
     /// (and listed in `missing`): those figures then come from the last sample of the files.
-    fn final_offsets(
-        &self,
-        missing: &mut Vec<String>,
-    ) -> (FinalOffsets, EnumNames, EnumNames) {
+    fn final_offsets(&self, missing: &mut Vec<String>) -> (FinalOffsets, EnumNames, EnumNames) {
         let mut f = FinalOffsets::ABSENT;
         let mut miss = |what: &str| missing.push(what.to_owned());
         let off = |root: &str, path: &str| self.field(root, path).map(|(o, _)| o);

@@ -278,6 +278,7 @@ impl Monitor {
     pub fn sweep(&mut self) {
         self.drain(); // removal records already queued carry the exact time
         let now = monotonic_ns();
+        self.probes.expire_inflight(now, 60_000_000_000);
         for (id, path) in self.execs.running() {
             let dir = if path == "." {
                 self.opts.cgroup.clone()

@@ -53,6 +53,8 @@ pub struct Probes {
     percpu_rq: Array<MapData, u64>,
     hz: Array<MapData, u64>,
     jiffy_probe: Array<MapData, u64>,
+    inflight: HashMap<MapData, u64, Inflight>,
+    bio_origin: HashMap<MapData, u64, Inflight>,
 }
 
 /// Figures of one loaded program, from the kernel's BPF statistics.
@@ -108,6 +110,8 @@ impl Probes {
         let percpu_rq = Array::try_from(take(&mut ebpf, "PERCPU_RQ")?)?;
         let hz = Array::try_from(take(&mut ebpf, "HZ")?)?;
         let jiffy_probe = Array::try_from(take(&mut ebpf, "JIFFY_PROBE")?)?;
+        let inflight = HashMap::try_from(take(&mut ebpf, "INFLIGHT")?)?;
+        let bio_origin = HashMap::try_from(take(&mut ebpf, "BIO_ORIGIN")?)?;
         let mut probes = Self {
             ebpf,
             block_start,
@@ -121,6 +125,8 @@ impl Probes {
             percpu_rq,
             hz,
             jiffy_probe,
+            inflight,
+            bio_origin,
         };
         for name in CGROUP_PROGRAMS
             .iter()
@@ -255,6 +261,26 @@ impl Probes {
             return Err(why);
         }
         Ok(n)
+    }
+
+    /// Remove the in-flight entries of requests (and bios) older than `max_age_ns`: their
+    /// completion was never seen (a request merged into another). Returns how many.
+    pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) -> usize {
+        let mut n = 0;
+        for map in [&mut self.inflight, &mut self.bio_origin] {
+            let old: Vec<u64> = map
+                .iter()
+                .filter_map(|r| r.ok())
+                .filter(|(_, v)| now_ns.saturating_sub(v.start_ns) > max_age_ns)
+                .map(|(k, _)| k)
+                .collect();
+            for k in old {
+                if map.remove(&k).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 
     /// One pass of the percpu_discover iterator.
