@@ -222,6 +222,9 @@ pub struct ExecFinalEvent {
     pub pids_peak: u64,
     /// cpu.stat usage (sum_exec_runtime) in ns.
     pub cpu_usage_ns: u64,
+    /// Tasks of the exec still to end when these figures were taken: when not 0 (taken at the
+    /// cgroup's removal while its last tasks were exiting), the last one takes them again.
+    pub pending: u64,
 }
 
 /// Load-time settings of the programs.
@@ -413,6 +416,9 @@ pub struct ExecStats {
     /// Ended tasks that were already running when they came under the profiler: counted from
     /// that moment, not from their start.
     pub tasks_partial: u64,
+    /// 1 once the exec's cgroup has been removed: the last task to end then takes the final
+    /// cgroup figures again.
+    pub removed: u64,
 }
 
 /// Per-task baseline: the task's counters when it came under the profiler while already

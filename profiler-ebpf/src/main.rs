@@ -399,7 +399,14 @@ pub fn cgroup_rmdir(ctx: BtfTracePointContext) -> i32 {
         let id = cgroup_id(cgrp);
         if let Some(entry) = entry_of(id) {
             if entry.exec_id == id {
-                exec_final(cgrp, id);
+                let pending = match stats_of(id) {
+                    Some(st) => {
+                        st.removed = 1;
+                        st.pending
+                    }
+                    None => 0,
+                };
+                exec_final(cgrp, id, pending);
             }
             // The mapping stays: tasks that died in the cgroup are still to be collected.
             emit_cgroup_event(EV_CGROUP_REMOVED, id, &entry, path);
@@ -418,7 +425,7 @@ macro_rules! fin {
 /// PSI totals (replaying the aggregation a read of the pressure file does), memory peak and
 /// events, pids peak, cpu usage (with the per-cpu parts not yet flushed).
 #[inline(always)]
-fn exec_final(cgrp: *const u8, id: u64) {
+fn exec_final(cgrp: *const u8, id: u64, pending: u64) {
     let Some(mut slot) = EVENTS.reserve::<ExecFinalEvent>(0) else {
         drop_count(DROP_RINGBUF);
         return;
@@ -433,6 +440,7 @@ fn exec_final(cgrp: *const u8, id: u64) {
     ev.memory_events = [0; MEMCG_EVENTS];
     ev.pids_peak = 0;
     ev.cpu_usage_ns = 0;
+    ev.pending = pending;
 
     // memory and pids: the controllers' css (first member of their structs) in cgroup.subsys[].
     let subsys = fin!(cgroup_subsys);
@@ -744,6 +752,23 @@ fn task_end(task: *const u8) -> Option<()> {
         add(&mut ended[i], c[i]);
     }
     add(&mut stats.pending, u64::MAX); // wrapping -1
+    // (The atomic add's result cannot be used on the generic BPF CPU: read the count back. Two
+    // tasks ending together may both see 0 and both take the figures: harmless.)
+    if global(&stats.pending) == 0 && stats.removed != 0 {
+        // The exec's cgroup went away while this task was still exiting: take its final
+        // figures again, now that its last task has been charged.
+        let cset = rd_ptr(task, off!(task_cgroups));
+        let mut cgrp = rd_ptr(cset, off!(css_set_dfl_cgrp));
+        for _ in 0..8 {
+            if cgroup_id(cgrp) == entry.exec_id {
+                break;
+            }
+            cgrp = rd_ptr(rd_ptr(cgrp, off!(cgroup_parent_css)), off!(css_cgroup));
+        }
+        if cgroup_id(cgrp) == entry.exec_id {
+            exec_final(cgrp, entry.exec_id, 0);
+        }
+    }
     if rec.flags & TASK_LEADER != 0 {
         add(&mut stats.proc_exits, 1);
     }

@@ -318,6 +318,16 @@ impl Monitor {
             }
             // Records of the last tasks were emitted before their pending count dropped.
             self.drain();
+            // Final cgroup figures taken at removal while tasks were still exiting are taken
+            // again by the last one: wait for those (within the grace period).
+            let late = self
+                .execs
+                .get(id)
+                .and_then(|e| e.final_figures)
+                .is_some_and(|f| f.pending > 0);
+            if late && waited < self.opts.grace {
+                continue;
+            }
             let mut notes = Vec::new();
             if pending > 0 {
                 notes.push(format!(
@@ -362,6 +372,12 @@ impl Monitor {
             let mut c = f.report(exec.removed_ns.unwrap_or(now), exec.removed_ns.is_none());
             if let Some(ff) = &exec.final_figures {
                 c.apply_final(ff, &self.final_names, &mut report.notes);
+                if ff.pending > 0 {
+                    report.notes.push(format!(
+                        "cgroup figures were taken at the cgroup's removal while {} task(s) were still exiting: their last moments are missing",
+                        ff.pending as i64
+                    ));
+                }
             } else if exec.removed_ns.is_some() {
                 report.notes.push("no kernel totals were read at the cgroup's removal: cgroup figures are the last samples".into());
             }
