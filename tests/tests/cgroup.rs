@@ -141,7 +141,10 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
         let (usage0, io0, cpu0) = (cpu_usage_usec(&cg.path), parent("io"), parent("cpu"));
         let e = cg.child(&format!("e{i}"));
         let id = cgroup_id(&e);
-        run_in(
+        // Born in the cgroup: a task moved in takes its baseline at the attach tracepoint,
+        // which fires after the move, so a tick between the two charges the cgroup for time
+        // the baseline already holds (up to 1.4 ms under emulation).
+        run_born_in(
             &e,
             &[
                 "dd",
@@ -153,6 +156,9 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
                 "status=none",
             ],
         );
+        // The reaped task may still be on its way to its last context switch, which charges
+        // its last run: let it get there before reading the exec's own files.
+        thread::sleep(secs(1) / 100);
         let own = (i % 2 == 0).then(|| {
             (
                 cpu_usage_usec(&e),
