@@ -242,7 +242,9 @@ pub struct Config {
     /// 1 on kernels without the block_io_start tracepoint (before 6.5): requests are tied to
     /// their origin through block_getrq and their first issue.
     pub block_getrq_fallback: u32,
-    pub _pad: u32,
+    /// Inode number of the host's network namespace (execs running there are counted by
+    /// their sockets only).
+    pub host_netns_inum: u32,
 }
 
 /// Value of the cgroups map: which exec a cgroup of the subtree belongs to.
@@ -419,6 +421,97 @@ pub struct ExecStats {
     /// 1 once the exec's cgroup has been removed: the last task to end then takes the final
     /// cgroup figures again.
     pub removed: u64,
+    /// Traffic of the exec's sockets (any network namespace).
+    pub sock: SockTraffic,
+}
+
+/// Traffic of an exec's sockets, counted by cgroup_skb programs on the attached subtree, by
+/// the cgroup of the socket. Bytes are IP packet lengths (from the IP header on); a packet
+/// offloaded as one large segment counts once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockTraffic {
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+    /// The part of the above that went over a loopback device.
+    pub lo_rx_bytes: u64,
+    pub lo_rx_packets: u64,
+    pub lo_tx_bytes: u64,
+    pub lo_tx_packets: u64,
+}
+
+/// A network namespace that an exec's tasks run in, other than the host's (value of the
+/// netns map, keyed by the address of its `struct net`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetnsEntry {
+    pub exec_id: u64,
+    /// The namespace's inode number (as in /proc/PID/ns/net).
+    pub inum: u32,
+    pub _pad: u32,
+}
+
+/// Key of an exec's per-interface counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct IfaceKey {
+    pub exec_id: u64,
+    pub netns_inum: u32,
+    pub ifindex: u32,
+}
+
+pub const IFNAME_LEN: usize = 16;
+
+/// An interface's traffic while it belonged to an exec, counted the way the interface counts
+/// it (bytes with the link-layer header): at transmit (net_dev_xmit) and at receive
+/// (netif_receive_skb).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IfaceTraffic {
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+    /// Interface name when first seen.
+    pub name: [u8; IFNAME_LEN],
+    /// ARPHRD_* type of the device (772: loopback).
+    pub dev_type: u32,
+    pub _pad: u32,
+}
+
+pub const ARPHRD_LOOPBACK: u32 = 772;
+
+/// Offsets for the network programs (0xffffffff: absent; the programs then stay unloaded).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetOffsets {
+    pub task_nsproxy: u32,
+    pub nsproxy_net_ns: u32,
+    pub net_ns_inum: u32,
+    pub netdev_nd_net: u32,
+    pub netdev_ifindex: u32,
+    pub netdev_name: u32,
+    pub netdev_type: u32,
+    pub netdev_hard_header_len: u32,
+    pub skb_dev: u32,
+    pub skb_len: u32,
+}
+
+impl NetOffsets {
+    pub const ABSENT: Self = Self {
+        task_nsproxy: ABSENT,
+        nsproxy_net_ns: ABSENT,
+        net_ns_inum: ABSENT,
+        netdev_nd_net: ABSENT,
+        netdev_ifindex: ABSENT,
+        netdev_name: ABSENT,
+        netdev_type: ABSENT,
+        netdev_hard_header_len: ABSENT,
+        skb_dev: ABSENT,
+        skb_len: ABSENT,
+    };
 }
 
 /// Per-task baseline: the task's counters when it came under the profiler while already
@@ -475,6 +568,7 @@ pub const DROP_BASELINES_FULL: u32 = 3;
 pub const DROP_INFLIGHT_FULL: u32 = 4;
 pub const DROP_EXEC_MISSING: u32 = 5;
 pub const DROP_IOWAIT_FULL: u32 = 6;
+pub const DROP_NET_FULL: u32 = 7;
 pub const DROP_COUNTERS: u32 = 8;
 
 /// Event kinds: the first u32 of every ring-buffer record and iterator record.
@@ -563,6 +657,11 @@ mod pod {
     unsafe impl aya::Pod for TaskBaseline {}
     unsafe impl aya::Pod for Inflight {}
     unsafe impl aya::Pod for IoWait {}
+    unsafe impl aya::Pod for SockTraffic {}
+    unsafe impl aya::Pod for NetnsEntry {}
+    unsafe impl aya::Pod for IfaceKey {}
+    unsafe impl aya::Pod for IfaceTraffic {}
+    unsafe impl aya::Pod for NetOffsets {}
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use btf_rs::{Btf, Type};
-use profiler_common::{ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, MEMCG_EVENTS, PSI_STATES};
+use profiler_common::{
+    ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, MEMCG_EVENTS, NetOffsets, PSI_STATES,
+};
 
 pub const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
 
@@ -43,6 +45,9 @@ pub struct KernelLayout {
     pub memcg_events: Vec<(String, u32)>,
     /// Bit number of REQ_PREFLUSH in request cmd_flags.
     pub req_preflush_bit: u32,
+    /// For the interface counters of the execs' own network namespaces; None (with the reason)
+    /// when this kernel's layout lacks a field they need.
+    pub net: Result<NetOffsets, String>,
     /// Optional fields that this kernel lacks, as "struct.field" (figures that need them are
     /// reported as unavailable).
     pub missing: Vec<String>,
@@ -429,6 +434,7 @@ impl KernelBtf {
             psi_states,
             memcg_events,
             req_preflush_bit,
+            net: self.net_offsets(),
             missing,
         })
     }
@@ -501,6 +507,34 @@ impl KernelBtf {
             };
         }
         false
+    }
+
+    /// Offsets for the network namespace and interface programs: all or nothing.
+    fn net_offsets(&self) -> Result<NetOffsets, String> {
+        let mut n = NetOffsets::ABSENT;
+        for (slot, st, path, size) in [
+            (&mut n.task_nsproxy, "task_struct", "nsproxy", 8),
+            (&mut n.nsproxy_net_ns, "nsproxy", "net_ns", 8),
+            (&mut n.net_ns_inum, "net", "ns.inum", 4),
+            (&mut n.netdev_nd_net, "net_device", "nd_net.net", 8),
+            (&mut n.netdev_ifindex, "net_device", "ifindex", 4),
+            (&mut n.netdev_name, "net_device", "name", 16),
+            (&mut n.netdev_type, "net_device", "type", 2),
+            (
+                &mut n.netdev_hard_header_len,
+                "net_device",
+                "hard_header_len",
+                2,
+            ),
+            (&mut n.skb_dev, "sk_buff", "dev", 8),
+            (&mut n.skb_len, "sk_buff", "len", 4),
+        ] {
+            match self.field(st, path) {
+                Some((off, sz)) if sz == size => *slot = off,
+                _ => return Err(format!("kernel struct field {st}.{path} not found in BTF")),
+            }
+        }
+        Ok(n)
     }
 
     /// Offsets for the figures read at a cgroup's removal. What this kernel lacks is ABSENT

@@ -9,6 +9,7 @@ pub mod commands;
 pub mod execs;
 pub mod kernel_layout;
 pub mod monitor;
+pub mod network;
 pub mod probes;
 pub mod report;
 pub mod spawn;

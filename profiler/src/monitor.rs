@@ -16,6 +16,7 @@ use crate::{
     cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
     execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
     kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
+    network::{NetInput, NetReport},
     probes::{Limits, Probes, ProgramCost, kernel_release},
     report::ExecReport,
 };
@@ -148,7 +149,7 @@ impl Monitor {
             exec_depth: opts.exec_depth,
             blkcg_attribution: blkcg as u32,
             block_getrq_fallback: block_getrq_fallback as u32,
-            _pad: 0,
+            host_netns_inum: own_netns_inum()?,
         };
         let mut probes = Probes::load(&layout, config, opts.limits, aya_btf(&opts.btf)?)?;
         let mut notes: Vec<String> = layout
@@ -178,6 +179,17 @@ impl Monitor {
         let file_layout = FileLayout::discover(&hierarchy.mount);
         let partial_procs = take_baselines(&mut probes, &mut execs)?;
         probes.attach_task_programs()?;
+        let cgroup_dir = fs::File::open(&opts.cgroup)
+            .with_context(|| format!("cannot open {}", opts.cgroup.display()))?;
+        probes.attach_net_programs(&cgroup_dir);
+        for (what, status) in [
+            ("socket", &probes.net.sockets),
+            ("interface", &probes.net.interfaces),
+        ] {
+            if let Err(why) = status {
+                notices.push(format!("no per-exec {what} traffic: {why}"));
+            }
+        }
         for (exec, tgid) in partial_procs {
             if let Some(e) = execs.get_mut(exec) {
                 let (comm, args) = proc_cmdline(tgid);
@@ -384,6 +396,19 @@ impl Monitor {
             c.crosscheck(report.disk.read_bytes, report.disk.write_bytes);
             report.cgroup = Some(c);
         }
+        // An ended exec's namespaces and interface counters leave the kernel maps here.
+        let (namespaces, ifaces) = if exec.removed_ns.is_some() {
+            self.probes.take_net(id)
+        } else {
+            self.probes.net_of(id)
+        };
+        report.network = Some(NetReport::build(NetInput {
+            sock: &stats.sock,
+            sockets_status: &self.probes.net.sockets,
+            interfaces_status: &self.probes.net.interfaces,
+            namespaces: &namespaces,
+            ifaces: &ifaces,
+        }));
         if exec.removed_ns.is_some()
             && let Some((_, ids)) = self.execs.take(id)
         {
@@ -576,6 +601,13 @@ fn take_baselines(probes: &mut Probes, execs: &mut Execs) -> Result<Vec<(u64, u3
         }
     }
     Ok(procs)
+}
+
+/// Inode number of the profiler's own network namespace: the host's, as it runs there.
+fn own_netns_inum() -> Result<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = fs::metadata("/proc/self/ns/net").context("cannot read /proc/self/ns/net")?;
+    Ok(m.ino() as u32)
 }
 
 /// comm and argv summary of a running process, from /proc.

@@ -1,13 +1,15 @@
 //! Loading, attaching and reading the kernel programs (the eBPF object is embedded at build
 //! time by build.rs).
 
-use std::{io::Read as _, os::fd::AsRawFd as _, time::Duration};
+use std::{fs::File, io::Read as _, os::fd::AsRawFd as _, time::Duration};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, Iter, ProgramError},
+    programs::{
+        BtfTracePoint, CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, Iter, ProgramError,
+    },
 };
 use profiler_common::*;
 
@@ -29,6 +31,17 @@ const TASK_PROGRAMS: &[&str] = &[
     "sched_switch",
     "sched_wakeup",
 ];
+
+/// Interface counters of the execs' own network namespaces.
+const IFACE_PROGRAMS: &[&str] = &["net_dev_xmit", "netif_receive_skb"];
+
+/// Which network views work on this host: Err holds why one does not (its figures are then
+/// reported as missing, with that reason).
+#[derive(Clone, Debug)]
+pub struct NetStatus {
+    pub sockets: std::result::Result<(), String>,
+    pub interfaces: std::result::Result<(), String>,
+}
 
 /// Map sizes.
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +68,9 @@ pub struct Probes {
     jiffy_probe: Array<MapData, u64>,
     inflight: HashMap<MapData, u64, Inflight>,
     bio_origin: HashMap<MapData, u64, Inflight>,
+    pub netns: HashMap<MapData, u64, NetnsEntry>,
+    pub ifaces: HashMap<MapData, IfaceKey, IfaceTraffic>,
+    pub net: NetStatus,
 }
 
 /// Figures of one loaded program, from the kernel's BPF statistics.
@@ -92,6 +108,11 @@ impl Probes {
             .override_global("CONFIG", &config, true)
             .override_global("REQ_PREFLUSH_BIT", &layout.req_preflush_bit, true)
             .override_global("FINAL", &layout.finals, true)
+            .override_global(
+                "NET",
+                layout.net.as_ref().unwrap_or(&NetOffsets::ABSENT),
+                true,
+            )
             .map_max_entries("EXECS", limits.max_execs)
             .map_max_entries("CGROUPS", limits.max_cgroups)
             .map_max_entries("BASELINES", limits.max_baselines)
@@ -112,6 +133,8 @@ impl Probes {
         let jiffy_probe = Array::try_from(take(&mut ebpf, "JIFFY_PROBE")?)?;
         let inflight = HashMap::try_from(take(&mut ebpf, "INFLIGHT")?)?;
         let bio_origin = HashMap::try_from(take(&mut ebpf, "BIO_ORIGIN")?)?;
+        let netns = HashMap::try_from(take(&mut ebpf, "NETNS")?)?;
+        let ifaces = HashMap::try_from(take(&mut ebpf, "IFACES")?)?;
         let mut probes = Self {
             ebpf,
             block_start,
@@ -127,6 +150,12 @@ impl Probes {
             jiffy_probe,
             inflight,
             bio_origin,
+            netns,
+            ifaces,
+            net: NetStatus {
+                sockets: Ok(()),
+                interfaces: layout.net.clone().map(|_| ()),
+            },
         };
         for name in CGROUP_PROGRAMS
             .iter()
@@ -134,6 +163,24 @@ impl Probes {
             .chain([&block_start])
         {
             probes.load_tracepoint(name)?;
+        }
+        // The network programs are optional: where one cannot load, its figures are flagged.
+        if probes.net.interfaces.is_ok() {
+            for name in IFACE_PROGRAMS {
+                if let Err(e) = probes.load_tracepoint(name) {
+                    probes.net.interfaces = Err(format!("{e:#}"));
+                    break;
+                }
+            }
+        }
+        for name in ["sock_ingress", "sock_egress"] {
+            let r = probes
+                .program::<CgroupSkb>(name)
+                .and_then(|p| p.load().map_err(|e| load_error(name, e)));
+            if let Err(e) = r {
+                probes.net.sockets = Err(format!("{e:#}"));
+                break;
+            }
         }
         let btf = probes.btf.clone();
         for name in ["task_snapshot", "percpu_discover"] {
@@ -178,6 +225,78 @@ impl Probes {
     pub fn attach_task_programs(&mut self) -> Result<()> {
         self.attach_all(TASK_PROGRAMS)?;
         self.attach_all(&[self.block_start])
+    }
+
+    /// Attach the network programs: the socket counters to the attached cgroup (alongside
+    /// any other programs there), the interface counters to their tracepoints. A failure
+    /// flags the figures of that view; it does not stop the profiler.
+    pub fn attach_net_programs(&mut self, cgroup_dir: &File) {
+        if self.net.sockets.is_ok() {
+            for (name, kind) in [
+                ("sock_ingress", CgroupSkbAttachType::Ingress),
+                ("sock_egress", CgroupSkbAttachType::Egress),
+            ] {
+                // As a BPF link (5.7+) the program runs alongside any others on the cgroup
+                // whatever the mode; the kernel refuses links with attach flags, so no
+                // AllowMultiple here.
+                let r = self.program::<CgroupSkb>(name).and_then(|p| {
+                    p.attach(cgroup_dir, kind, CgroupAttachMode::Single)
+                        .map_err(|e| {
+                            let cause = std::error::Error::source(&e)
+                                .map(|c| format!(": {c}"))
+                                .unwrap_or_default();
+                            anyhow!("cannot attach {name} to the cgroup: {e}{cause}")
+                        })
+                });
+                if let Err(e) = r {
+                    self.net.sockets = Err(format!("{e:#}"));
+                    break;
+                }
+            }
+        }
+        if self.net.interfaces.is_ok()
+            && let Err(e) = self.attach_all(IFACE_PROGRAMS)
+        {
+            self.net.interfaces = Err(format!("{e:#}"));
+        }
+    }
+
+    /// Remove an ended exec's network entries; returns its namespaces (inode numbers) and
+    /// interface counters.
+    pub fn take_net(&mut self, exec_id: u64) -> (Vec<u32>, Vec<(IfaceKey, IfaceTraffic)>) {
+        let nets = self.netns_of(exec_id);
+        for (k, _) in &nets {
+            let _ = self.netns.remove(k);
+        }
+        let (_, ifaces) = self.net_of(exec_id);
+        for (k, _) in &ifaces {
+            let _ = self.ifaces.remove(k);
+        }
+        (nets.into_iter().map(|(_, v)| v.inum).collect(), ifaces)
+    }
+
+    /// A live exec's namespaces and interface counters so far.
+    pub fn net_of(&self, exec_id: u64) -> (Vec<u32>, Vec<(IfaceKey, IfaceTraffic)>) {
+        let ifaces = self
+            .ifaces
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter(|(k, _)| k.exec_id == exec_id)
+            .collect();
+        let nets = self
+            .netns_of(exec_id)
+            .into_iter()
+            .map(|(_, v)| v.inum)
+            .collect();
+        (nets, ifaces)
+    }
+
+    fn netns_of(&self, exec_id: u64) -> Vec<(u64, NetnsEntry)> {
+        self.netns
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter(|(_, v)| v.exec_id == exec_id)
+            .collect()
     }
 
     /// Live counters of every task in the subtree (one pass of the task iterator).

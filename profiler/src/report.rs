@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::{
     cgroup_files::CgroupReport,
     execs::{Exec, Proc},
+    network::NetReport,
 };
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -32,6 +33,8 @@ pub struct ExecReport {
     pub other_processes: OtherReport,
     /// The kernel's own accounting from the exec's cgroup files, each figure with its source.
     pub cgroup: Option<CgroupReport>,
+    /// Traffic of the exec's sockets and of its own network namespace's interfaces.
+    pub network: Option<NetReport>,
     pub notes: Vec<String>,
 }
 
@@ -264,6 +267,7 @@ impl ExecReport {
                 write_bytes: other.wchar,
             },
             cgroup: None,
+            network: None,
             notes,
         }
     }
@@ -308,6 +312,9 @@ impl ExecReport {
             self.tasks.threads_started,
             self.tasks.execve,
         );
+        if let Some((rx, tx)) = self.network.as_ref().and_then(|n| n.headline()) {
+            let _ = write!(s, " | net rx {} tx {}", bytes(rx), bytes(tx));
+        }
         if let Some(p) = self.processes.first() {
             let _ = write!(s, " | top {} {}", name(p), dur(p.on_cpu_ns));
         }
@@ -375,6 +382,41 @@ impl ExecReport {
             bytes(io.storage_read_bytes),
             bytes(io.dirtied_bytes)
         );
+        if let Some(n) = &self.network {
+            match &n.sockets {
+                Some(k) => {
+                    let _ = writeln!(
+                        s,
+                        "  sockets    rx {} ({} pkts)  tx {} ({} pkts)  of which loopback rx {} tx {}",
+                        bytes(k.all.rx_bytes),
+                        k.all.rx_packets,
+                        bytes(k.all.tx_bytes),
+                        k.all.tx_packets,
+                        bytes(k.loopback.rx_bytes),
+                        bytes(k.loopback.tx_bytes)
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        s,
+                        "  sockets    n/a ({})",
+                        n.sockets_missing.as_deref().unwrap_or("unknown")
+                    );
+                }
+            }
+            for i in &n.interfaces {
+                let _ = writeln!(
+                    s,
+                    "  interface  {} (netns {})  rx {} ({} pkts)  tx {} ({} pkts)",
+                    i.name,
+                    i.netns,
+                    bytes(i.traffic.rx_bytes),
+                    i.traffic.rx_packets,
+                    bytes(i.traffic.tx_bytes),
+                    i.traffic.tx_packets
+                );
+            }
+        }
         let t = &self.tasks;
         let _ = writeln!(
             s,

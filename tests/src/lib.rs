@@ -166,14 +166,16 @@ pub fn cgroup_id(dir: &Path) -> u64 {
 
 /// Start `argv` inside the cgroup `dir` (the child moves itself in before it execs).
 pub fn spawn_in(dir: &Path, argv: &[&str]) -> Child {
+    spawn_in_with(dir, argv, Stdio::null())
+}
+
+fn spawn_in_with(dir: &Path, argv: &[&str], stdout: Stdio) -> Child {
     let procs = fs::OpenOptions::new()
         .write(true)
         .open(dir.join("cgroup.procs"))
         .unwrap();
     let mut cmd = Command::new(argv[0]);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
+    cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(stdout);
     // SAFETY: only a write(2) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -183,6 +185,11 @@ pub fn spawn_in(dir: &Path, argv: &[&str]) -> Child {
     }
     cmd.spawn()
         .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
+}
+
+/// Like [`spawn_in`], with stdout piped.
+pub fn spawn_in_piped(dir: &Path, argv: &[&str]) -> Child {
+    spawn_in_with(dir, argv, Stdio::piped())
 }
 
 /// Start `argv` directly inside the cgroup `dir` (clone3 CLONE_INTO_CGROUP: born there, never
@@ -388,19 +395,163 @@ pub fn f(v: &Value) -> f64 {
 }
 
 /// The `busy` test workload: BUSY_BIN (the VMs), else the `busy` binary cargo built beside
-/// the test executable (target/<profile>/busy, the test being in target/<profile>/deps).
+/// the test executable.
 pub fn busy() -> String {
-    if let Ok(b) = std::env::var("BUSY_BIN") {
-        return b;
-    }
+    std::env::var("BUSY_BIN").unwrap_or_else(|_| test_bin("busy"))
+}
+
+/// The `netpeer` test workload (a TCP transfer of known size): NETPEER_BIN (the VMs), else
+/// the binary cargo built beside the test executable.
+pub fn netpeer() -> String {
+    std::env::var("NETPEER_BIN").unwrap_or_else(|_| test_bin("netpeer"))
+}
+
+/// A binary of this crate, built beside the test executable (target/<profile>/NAME, the test
+/// being in target/<profile>/deps).
+fn test_bin(name: &str) -> String {
     let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().and_then(Path::parent).unwrap().join("busy");
+    let bin = exe.parent().and_then(Path::parent).unwrap().join(name);
     assert!(
         bin.exists(),
         "{} missing: build it with cargo build -p profiler-tests",
         bin.display()
     );
     bin.display().to_string()
+}
+
+/// Run a command to completion; panics with its stderr unless it succeeds.
+pub fn sh(argv: &[&str]) -> String {
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{argv:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A network namespace made for a test, with loopback up and IPv6 off (no router
+/// solicitations or MLD reports to blur the counts). Deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(name: &str) -> Self {
+        require_root();
+        let name = format!("{name}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Self { name };
+        ns.exec(&[
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ]);
+        sh(&["ip", "-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Run a command inside the namespace.
+    pub fn exec(&self, argv: &[&str]) -> String {
+        let mut a = vec!["ip", "netns", "exec", &self.name];
+        a.extend_from_slice(argv);
+        sh(&a)
+    }
+
+    /// The namespace's inode number (as /proc/PID/ns/net shows it).
+    pub fn inum(&self) -> u64 {
+        fs::metadata(format!("/run/netns/{}", self.name))
+            .unwrap()
+            .ino()
+    }
+
+    /// (rx bytes, rx packets, tx bytes, tx packets) of a device, as the kernel counts them.
+    pub fn link_stats(&self, dev: &str) -> [u64; 4] {
+        let out = sh(&[
+            "ip", "-n", &self.name, "-s", "-j", "link", "show", "dev", dev,
+        ]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let s = &v[0]["stats64"];
+        [
+            u(&s["rx"]["bytes"]),
+            u(&s["rx"]["packets"]),
+            u(&s["tx"]["bytes"]),
+            u(&s["tx"]["packets"]),
+        ]
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// Connect two namespaces with a veth pair: `a_dev` in `a` with address `a_addr` (a /24),
+/// `b_dev` in `b` with `b_addr`. The pair goes with either namespace.
+pub fn veth(a: &Netns, a_dev: &str, a_addr: &str, b: &Netns, b_dev: &str, b_addr: &str) {
+    sh(&[
+        "ip", "link", "add", a_dev, "netns", &a.name, "type", "veth", "peer", "name", b_dev,
+        "netns", &b.name,
+    ]);
+    for (ns, dev, addr) in [(a, a_dev, a_addr), (b, b_dev, b_addr)] {
+        sh(&[
+            "ip",
+            "-n",
+            &ns.name,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            dev,
+        ]);
+        sh(&["ip", "-n", &ns.name, "link", "set", dev, "up"]);
+    }
+}
+
+/// A `netpeer serve` running in a namespace (or the host's with None); killed on drop.
+pub struct Server {
+    child: Child,
+}
+
+impl Server {
+    pub fn start(ns: Option<&Netns>, addr: &str, cgroup: Option<&Path>) -> Self {
+        let bin = netpeer();
+        let mut argv: Vec<&str> = Vec::new();
+        if let Some(ns) = ns {
+            argv.extend(["ip", "netns", "exec", &ns.name]);
+        }
+        argv.extend([bin.as_str(), "serve", addr]);
+        let mut child = match cgroup {
+            Some(cg) => spawn_in_piped(cg, &argv),
+            None => Command::new(argv[0])
+                .args(&argv[1..])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        };
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "netpeer serve {addr} did not start");
+        Self { child }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Remove a cgroup directory, retrying while its last tasks finish exiting.

@@ -257,6 +257,8 @@ fn test(filter: Option<&str>) -> Result<()> {
             "the end-to-end tests load eBPF programs and create cgroups: run `cargo xtask test` as root"
         );
     }
+    // The network tests make namespaces and veth pairs with ip(8).
+    ensure_debian_packages(&[("iproute2", "ip")])?;
     let bin = build(false)?;
     let mut unit = cargo();
     unit.args([
@@ -392,10 +394,20 @@ fn bench(execs: u32) -> Result<()> {
         bail!("the benchmark loads eBPF programs: run `cargo xtask bench` as root");
     }
     let bin = build(true)?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "profiler-tests",
+        "--bin",
+        "netpeer",
+    ]))?;
+    let netpeer = root().join("target/release/netpeer");
     let base = v2_mount()?.join(format!("profiler-bench-{}", std::process::id()));
     fs::create_dir_all(&base)?;
     let scratch = root().join("target/bench");
     fs::create_dir_all(&scratch)?;
+    let ns = format!("profiler-bench-{}", std::process::id());
     let result = (|| -> Result<()> {
         let mut prof = Command::new(&bin)
             .args(["attach", "--bpf-stats", "--max-execs", "8192", "--cgroup"])
@@ -416,16 +428,67 @@ fn bench(execs: u32) -> Result<()> {
             )?;
         }
         let took = start.elapsed();
-        thread::sleep(Duration::from_secs(3));
-        interrupt(prof.id());
-        prof.wait()?;
         eprintln!(
             "xtask: {execs} execs in {:.1}s ({:.0} execs/s)",
             took.as_secs_f64(),
             execs as f64 / took.as_secs_f64()
         );
+        // Network: 256 MiB over loopback from an exec in the host namespace (the socket
+        // programs count it; the interface programs see every packet and find no exec's
+        // namespace), then 256 MiB over a veth from an exec in its own namespace.
+        let peer = format!("{ns}-peer");
+        for n in [&ns, &peer] {
+            run(Command::new("ip").args(["netns", "add", n]))?;
+        }
+        run(Command::new("ip").args([
+            "link", "add", "pbench0", "netns", &ns, "type", "veth", "peer", "name", "pbench1",
+            "netns", &peer,
+        ]))?;
+        for (n, dev, addr) in [
+            (&ns, "pbench0", "10.99.0.1/24"),
+            (&peer, "pbench1", "10.99.0.2/24"),
+        ] {
+            run(Command::new("ip").args(["-n", n, "addr", "add", addr, "dev", dev]))?;
+            run(Command::new("ip").args(["-n", n, "link", "set", dev, "up"]))?;
+            run(Command::new("ip").args(["-n", n, "link", "set", "lo", "up"]))?;
+        }
+        let np = netpeer.display().to_string();
+        let lo_port = format!("127.0.0.1:{}", 30000 + std::process::id() % 20000);
+        let mut servers = vec![
+            Command::new(&np)
+                .args(["serve", &lo_port])
+                .stdout(Stdio::null())
+                .spawn()?,
+            Command::new("ip")
+                .args(["netns", "exec", &peer, &np, "serve", "10.99.0.2:7000"])
+                .stdout(Stdio::null())
+                .spawn()?,
+        ];
+        thread::sleep(Duration::from_millis(500));
+        let mib256 = (256u64 << 20).to_string();
+        let net = (|| -> Result<()> {
+            exec_in(
+                &base.join("net-lo"),
+                &format!("{np} send {lo_port} {mib256} 0"),
+            )?;
+            exec_in(
+                &base.join("net-veth"),
+                &format!("ip netns exec {ns} {np} send 10.99.0.2:7000 {mib256} 0"),
+            )
+        })();
+        for s in servers.iter_mut() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        net?;
+        thread::sleep(Duration::from_secs(3));
+        interrupt(prof.id());
+        prof.wait()?;
         Ok(())
     })();
+    for n in [ns.clone(), format!("{ns}-peer")] {
+        let _ = Command::new("ip").args(["netns", "del", &n]).status();
+    }
     let _ = fs::remove_dir(&base);
     let _ = fs::remove_dir_all(&scratch);
     result

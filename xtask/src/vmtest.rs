@@ -259,6 +259,7 @@ fn fetch_kernel(apt: &Apt, suite: &str, dir: &Path) -> Result<Kernel> {
 struct Bins {
     profiler: PathBuf,
     busy: PathBuf,
+    netpeer: PathBuf,
     tests: Vec<PathBuf>,
 }
 
@@ -311,15 +312,18 @@ fn build_static(work: &Path) -> Result<Bins> {
     }
     tests.retain(|p| {
         let n = p.file_name().unwrap().to_string_lossy();
-        n.starts_with("engine-") || n.starts_with("vm-") || n.starts_with("cgroup-")
+        ["engine-", "vm-", "cgroup-", "network-"]
+            .iter()
+            .any(|p| n.starts_with(p))
     });
-    if tests.len() < 3 {
-        bail!("did not find the engine, cgroup and vm test binaries ({tests:?})");
+    if tests.len() < 4 {
+        bail!("did not find the engine, cgroup, network and vm test binaries ({tests:?})");
     }
     let rel = target_dir.join(TARGET).join("release");
     Ok(Bins {
         profiler: rel.join("profiler"),
         busy: rel.join("busy"),
+        netpeer: rel.join("netpeer"),
         tests,
     })
 }
@@ -499,13 +503,22 @@ fn init_script(
          mount -t ext4 /dev/vda /scratch || echo 'init: FAILED scratch disk'\n\
          echo \"init: kernel $(uname -r), cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)\"\n\
          cd /tmp\n\
-         export HOME=/tmp RUST_BACKTRACE=1 PROFILER_BIN={} BUSY_BIN={} PROFILER_SCRATCH=/scratch PROFILER_TEST_TIME_SCALE={TIME_SCALE}\n",
+         ip link set lo up\n\
+         export HOME=/tmp RUST_BACKTRACE=1 PROFILER_BIN={} BUSY_BIN={} NETPEER_BIN={} PROFILER_SCRATCH=/scratch PROFILER_TEST_TIME_SCALE={TIME_SCALE}\n",
         bins.profiler.display(),
         bins.busy.display(),
+        bins.netpeer.display(),
     ));
-    let filter = filter.map(|f| format!(" {f}")).unwrap_or_default();
     for (i, t) in bins.tests.iter().enumerate() {
         let r = results.display();
+        let name = t.file_name().unwrap_or_default().to_string_lossy();
+        // The guest has no ip(8) with namespace support: of the network tests, only those in
+        // the host namespace run there (they prove the network programs load on each kernel).
+        let filter = match filter {
+            Some(f) => format!(" {f}"),
+            None if name.starts_with("network-") => " host_netns".into(),
+            None => String::new(),
+        };
         s.push_str(&format!(
             "{} --test-threads=1 --include-ignored --show-output{filter} > {r}/{i}.txt 2>&1\necho $? > {r}/{i}.rc\n",
             t.display()
