@@ -454,7 +454,7 @@ fn bench(execs: u32) -> Result<()> {
         }
         let np = netpeer.display().to_string();
         let lo_port = format!("127.0.0.1:{}", 30000 + std::process::id() % 20000);
-        let mut servers = vec![
+        let mut servers = [
             Command::new(&np)
                 .args(["serve", &lo_port])
                 .stdout(Stdio::null())
