@@ -16,7 +16,7 @@ use crate::{
     cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
     execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
     kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
-    network::{NetInput, NetReport},
+    network::{FaultSamples, NetInput, NetReport},
     probes::{Limits, Probes, ProgramCost, kernel_release},
     report::ExecReport,
 };
@@ -41,6 +41,8 @@ pub struct Monitor {
     pub execs: Execs,
     /// The cgroup files of each exec.
     files: HashMap<u64, ExecFiles>,
+    /// Sampled interface faults of the execs that run in namespaces of their own.
+    net_faults: HashMap<u64, FaultSamples>,
     file_layout: FileLayout,
     final_names: FinalNames,
     opts: Options,
@@ -200,6 +202,7 @@ impl Monitor {
             probes,
             execs,
             files: HashMap::new(),
+            net_faults: HashMap::new(),
             file_layout,
             final_names: FinalNames {
                 psi_states: layout.psi_states.clone(),
@@ -282,6 +285,21 @@ impl Monitor {
             if self.execs.get(*id).is_some_and(|e| e.removed_ns.is_none()) {
                 f.sample(now);
             }
+        }
+        for (id, path) in self.execs.running() {
+            let namespaces = self.probes.namespaces_of(id);
+            if namespaces.is_empty() {
+                continue;
+            }
+            let dir = if path == "." {
+                self.opts.cgroup.clone()
+            } else {
+                self.opts.cgroup.join(&path)
+            };
+            self.net_faults
+                .entry(id)
+                .or_default()
+                .sample(&dir, &namespaces, now);
         }
     }
 
@@ -408,11 +426,13 @@ impl Monitor {
             interfaces_status: &self.probes.net.interfaces,
             namespaces: &namespaces,
             ifaces: &ifaces,
+            faults: self.net_faults.get(&id),
         }));
         if exec.removed_ns.is_some()
             && let Some((_, ids)) = self.execs.take(id)
         {
             self.files.remove(&id);
+            self.net_faults.remove(&id);
             let _ = self.probes.execs.remove(&id);
             for c in ids {
                 let _ = self.probes.cgroups.remove(&c);

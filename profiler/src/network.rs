@@ -6,6 +6,8 @@
 //!   the exec first ran a program there. A pooled namespace's earlier traffic is not
 //!   included, and the counts survive the namespace's deletion.
 
+use std::{collections::HashMap, fs, os::unix::fs::MetadataExt as _, path::Path};
+
 use profiler_common::{ARPHRD_LOOPBACK, IfaceKey, IfaceTraffic, SockTraffic};
 use serde::Serialize;
 
@@ -40,10 +42,155 @@ pub struct InterfaceReport {
     /// Inode number of the network namespace (as /proc/PID/ns/net shows it).
     pub netns: u32,
     pub name: String,
-    pub ifindex: u32,
+    /// Absent for an interface that carried no traffic and is known from a sample only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ifindex: Option<u32>,
     pub loopback: bool,
     #[serde(flatten)]
     pub traffic: Traffic,
+    /// Errors and drops, sampled from the namespace's interface statistics while the exec ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<SampledFaults>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults_missing: Option<&'static str>,
+}
+
+/// Error and drop counters of an interface (the driver's own, as /proc/net/dev shows them).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Faults {
+    pub rx_errors: u64,
+    pub rx_dropped: u64,
+    pub tx_errors: u64,
+    pub tx_dropped: u64,
+}
+
+impl Faults {
+    fn since(&self, b: &Faults) -> Faults {
+        Faults {
+            rx_errors: self.rx_errors.saturating_sub(b.rx_errors),
+            rx_dropped: self.rx_dropped.saturating_sub(b.rx_dropped),
+            tx_errors: self.tx_errors.saturating_sub(b.tx_errors),
+            tx_dropped: self.tx_dropped.saturating_sub(b.tx_dropped),
+        }
+    }
+}
+
+/// Faults between two samples: counted from the first sample of the namespace in this exec
+/// (so a pooled namespace's earlier faults are left out) to the last.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct SampledFaults {
+    #[serde(flatten)]
+    pub faults: Faults,
+    /// When the first and last samples were taken (CLOCK_MONOTONIC ns).
+    pub first_sample_ns: u64,
+    pub last_sample_ns: u64,
+}
+
+/// Parse /proc/PID/net/dev: per interface, the error and drop counters.
+pub fn parse_net_dev(text: &str) -> Result<Vec<(String, Faults)>, String> {
+    let mut out = Vec::new();
+    for line in text.lines().skip(2) {
+        let (name, rest) = line
+            .split_once(':')
+            .ok_or_else(|| format!("net/dev line without a colon: {line:?}"))?;
+        let v: Vec<u64> = rest
+            .split_whitespace()
+            .map(|x| x.parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("net/dev line {line:?}: {e}"))?;
+        if v.len() < 16 {
+            return Err(format!(
+                "net/dev line with {} fields, 16 expected: {line:?}",
+                v.len()
+            ));
+        }
+        // rx: bytes packets errs drop fifo frame compressed multicast; tx: bytes packets
+        // errs drop fifo colls carrier compressed.
+        out.push((
+            name.trim().to_owned(),
+            Faults {
+                rx_errors: v[2],
+                rx_dropped: v[3],
+                tx_errors: v[10],
+                tx_dropped: v[11],
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// The sampled faults of one exec's namespaces, by (namespace, interface name).
+#[derive(Debug, Default)]
+pub struct FaultSamples {
+    by_iface: HashMap<(u32, String), (Faults, Faults, u64, u64)>,
+}
+
+impl FaultSamples {
+    /// Read the interface statistics of the namespaces `inums` through a process of the exec
+    /// (under `cgroup_dir`) that runs in each.
+    pub fn sample(&mut self, cgroup_dir: &Path, inums: &[u32], now_ns: u64) {
+        let mut todo: Vec<u32> = inums.to_vec();
+        for pid in cgroup_pids(cgroup_dir) {
+            if todo.is_empty() {
+                break;
+            }
+            let Ok(m) = fs::metadata(format!("/proc/{pid}/ns/net")) else {
+                continue;
+            };
+            let Some(pos) = todo.iter().position(|&i| i as u64 == m.ino()) else {
+                continue;
+            };
+            let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/dev")) else {
+                continue;
+            };
+            // The process may have left the namespace in between: check again.
+            if fs::metadata(format!("/proc/{pid}/ns/net"))
+                .map(|m2| m2.ino())
+                .ok()
+                != Some(m.ino())
+            {
+                continue;
+            }
+            let inum = todo.swap_remove(pos);
+            for (name, f) in parse_net_dev(&text).unwrap_or_default() {
+                self.by_iface
+                    .entry((inum, name))
+                    .and_modify(|e| {
+                        e.1 = f;
+                        e.3 = now_ns;
+                    })
+                    .or_insert((f, f, now_ns, now_ns));
+            }
+        }
+    }
+
+    fn get(&self, netns: u32, name: &str) -> Option<SampledFaults> {
+        let (first, last, t0, t1) = self.by_iface.get(&(netns, name.to_owned()))?;
+        Some(SampledFaults {
+            faults: last.since(first),
+            first_sample_ns: *t0,
+            last_sample_ns: *t1,
+        })
+    }
+}
+
+/// Pids of the processes in a cgroup and its descendants.
+fn cgroup_pids(dir: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        if let Ok(s) = fs::read_to_string(d.join("cgroup.procs")) {
+            out.extend(s.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        if let Ok(rd) = fs::read_dir(&d) {
+            dirs.extend(
+                rd.filter_map(|e| e.ok())
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    out
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -76,6 +223,7 @@ pub struct NetInput<'a> {
     /// Namespaces registered as the exec's (inode numbers).
     pub namespaces: &'a [u32],
     pub ifaces: &'a [(IfaceKey, IfaceTraffic)],
+    pub faults: Option<&'a FaultSamples>,
 }
 
 impl NetReport {
@@ -103,7 +251,7 @@ impl NetReport {
             .map(|(k, t)| InterfaceReport {
                 netns: k.netns_inum,
                 name: cstr(&t.name),
-                ifindex: k.ifindex,
+                ifindex: Some(k.ifindex),
                 loopback: t.dev_type == ARPHRD_LOOPBACK,
                 traffic: Traffic {
                     rx_bytes: t.rx_bytes,
@@ -111,9 +259,41 @@ impl NetReport {
                     tx_bytes: t.tx_bytes,
                     tx_packets: t.tx_packets,
                 },
+                faults: None,
+                faults_missing: None,
             })
             .collect();
-        interfaces.sort_by_key(|i| (i.netns, i.ifindex));
+        // Interfaces that carried nothing (a driver that drops a packet refuses it: no
+        // transmit) but were sampled: their traffic is a counted zero.
+        if let Some(f) = i.faults {
+            for (netns, name) in f.by_iface.keys() {
+                if !interfaces
+                    .iter()
+                    .any(|x| x.netns == *netns && &x.name == name)
+                {
+                    interfaces.push(InterfaceReport {
+                        netns: *netns,
+                        name: name.clone(),
+                        ifindex: None,
+                        loopback: name == "lo",
+                        traffic: Traffic::default(),
+                        faults: None,
+                        faults_missing: None,
+                    });
+                }
+            }
+        }
+        interfaces
+            .sort_by(|a, b| (a.netns, a.ifindex, &a.name).cmp(&(b.netns, b.ifindex, &b.name)));
+        for x in interfaces.iter_mut() {
+            x.faults = i.faults.and_then(|f| f.get(x.netns, &x.name));
+            if x.faults.is_none() {
+                x.faults_missing = Some(
+                    "not sampled: the exec ended before its namespace's interface statistics \
+                     were read (every --sample-interval)",
+                );
+            }
+        }
         let own = !i.namespaces.is_empty() || !interfaces.is_empty();
         let interfaces_total = (own && i.interfaces_status.is_ok()).then(|| {
             let mut t = Traffic::default();
@@ -194,13 +374,59 @@ mod tests {
             interfaces_status: &Ok(()),
             namespaces: &[99],
             ifaces: &ifaces,
+            faults: None,
         });
+        assert!(r.interfaces[1].faults_missing.is_some());
         assert_eq!(r.namespace, "own");
         assert_eq!(r.interfaces[0].name, "lo");
         assert!(r.interfaces[0].loopback);
         let t = r.interfaces_total.unwrap();
         assert_eq!((t.rx_bytes, t.tx_bytes, t.tx_packets), (300, 500, 2));
         assert_eq!(r.headline(), Some((300, 500)));
+    }
+
+    /// /proc/net/dev as Linux 6.18 prints it (a veth with some drops).
+    const NET_DEV: &str = "Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:     100       2    0    0    0     0          0         0      100       2    0    0    0     0       0          0
+  pte0: 1055952     112    1    2    0     0          0         0  3153780     122    3   50    0     0       0          0
+";
+
+    #[test]
+    fn net_dev_parses_errors_and_drops() {
+        let v = parse_net_dev(NET_DEV).unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[1].0, "pte0");
+        assert_eq!(
+            v[1].1,
+            Faults {
+                rx_errors: 1,
+                rx_dropped: 2,
+                tx_errors: 3,
+                tx_dropped: 50
+            }
+        );
+        assert!(parse_net_dev("h1\nh2\n  eth0: 1 2 3\n").is_err());
+        assert!(parse_net_dev("h1\nh2\n  eth0 1 2 3\n").is_err());
+        assert!(parse_net_dev("h1\nh2\n  eth0: 1 2 x 4 5 6 7 8 9 10 11 12 13 14 15 16\n").is_err());
+        assert_eq!(parse_net_dev("").unwrap(), vec![]);
+        // Any prefix of a valid file parses or fails cleanly.
+        for n in 0..NET_DEV.len() {
+            let _ = parse_net_dev(&NET_DEV[..n]);
+        }
+    }
+
+    #[test]
+    fn faults_are_counted_from_the_first_sample() {
+        let mut s = FaultSamples::default();
+        let f = |d| Faults {
+            tx_dropped: d,
+            ..Default::default()
+        };
+        s.by_iface.insert((9, "eth0".into()), (f(40), f(90), 1, 2));
+        let got = s.get(9, "eth0").unwrap();
+        assert_eq!(got.faults.tx_dropped, 50);
+        assert!(s.get(9, "lo").is_none());
     }
 
     #[test]
@@ -211,6 +437,7 @@ mod tests {
             interfaces_status: &Ok(()),
             namespaces: &[5],
             ifaces: &[],
+            faults: None,
         });
         assert_eq!(r.interfaces_total, Some(Traffic::default()));
         assert_eq!(r.sockets.unwrap().all, Traffic::default());
@@ -229,6 +456,7 @@ mod tests {
             interfaces_status: &Err("no tracepoint".into()),
             namespaces: &[],
             ifaces: &[],
+            faults: None,
         });
         assert_eq!(r.namespace, "host");
         assert_eq!(r.interfaces_total, None);
@@ -240,6 +468,7 @@ mod tests {
             interfaces_status: &Ok(()),
             namespaces: &[],
             ifaces: &[],
+            faults: None,
         });
         assert!(r.sockets.is_none());
         assert_eq!(r.sockets_missing.as_deref(), Some("cannot attach"));

@@ -291,6 +291,14 @@ impl Probes {
         (nets, ifaces)
     }
 
+    /// The namespaces (inode numbers) registered as the exec's.
+    pub fn namespaces_of(&self, exec_id: u64) -> Vec<u32> {
+        self.netns_of(exec_id)
+            .into_iter()
+            .map(|(_, v)| v.inum)
+            .collect()
+    }
+
     fn netns_of(&self, exec_id: u64) -> Vec<(u64, NetnsEntry)> {
         self.netns
             .iter()

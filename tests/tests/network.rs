@@ -250,6 +250,52 @@ fn short_lived_netns_execs_report_exact_counts() {
     p.stop();
 }
 
+/// Drops: an exec sends 40 datagrams through a veth whose peer is down (the veth refuses
+/// each and counts it in tx_dropped); the record's sampled faults equal the device's count.
+#[test]
+fn interface_drops_are_sampled_while_the_exec_runs() {
+    let cg = TestCgroup::new("net-drops");
+    let (ns, peer) = (Netns::new("pt-drop"), Netns::new("pt-dpeer"));
+    veth(&ns, "ptd0", "10.94.1.1", &peer, "ptd1", "10.94.1.2");
+    // A fixed neighbour entry, so the datagrams go out without address resolution.
+    sh(&["ip", "-n", &peer.name, "link", "set", "ptd1", "down"]);
+    sh(&[
+        "ip",
+        "-n",
+        &ns.name,
+        "neigh",
+        "replace",
+        "10.94.1.2",
+        "lladdr",
+        "02:00:00:00:00:02",
+        "dev",
+        "ptd0",
+        "nud",
+        "permanent",
+    ]);
+    let p = Attached::start(&cg, &["--sample-interval", "50ms"]);
+    let e = cg.child("e");
+    let id = cgroup_id(&e);
+    let before = ns.exec(&["cat", "/sys/class/net/ptd0/statistics/tx_dropped"]);
+    // Faults count from the first sample of the namespace (within one interval of the
+    // exec's first program there): send after it, and stay for a last one.
+    let script = "sleep 0.5; for i in $(seq 40); do echo x > /dev/udp/10.94.1.2/9; done; sleep 0.5";
+    run_in(&e, &["ip", "netns", "exec", &ns.name, "bash", "-c", script]);
+    let after = ns.exec(&["cat", "/sys/class/net/ptd0/statistics/tx_dropped"]);
+    rmdir(&e);
+    let rec = p.wait_ended(id, secs(30));
+    let truth = after.trim().parse::<u64>().unwrap() - before.trim().parse::<u64>().unwrap();
+    assert_eq!(truth, 40, "the veth dropped {truth} of 40 datagrams");
+    let i = rec["network"]["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "ptd0")
+        .unwrap_or_else(|| panic!("{}", rec["network"]));
+    assert_eq!(u(&i["faults"]["tx_dropped"]), truth, "{i}");
+    p.stop();
+}
+
 /// Test 5: execs without traffic report zeros that are measurements: own namespace with a
 /// device but no traffic, and host namespace.
 #[test]
