@@ -2,6 +2,7 @@
 
 use std::{
     io::Write as _,
+    net::SocketAddr,
     os::fd::{AsRawFd, RawFd},
     path::PathBuf,
     time::Duration,
@@ -17,6 +18,7 @@ use tokio::{
 
 use crate::{
     cgroup::{self, Hierarchy},
+    export::{Exporters, OtlpConfig, OtlpFlags, metrics::ExecAttributes},
     kernel_layout::DEFAULT_BTF,
     monitor::{Monitor, Options},
     probes::Limits,
@@ -77,6 +79,17 @@ pub struct CommonArgs {
     /// (enables the kernel's BPF statistics while running).
     #[arg(long)]
     pub bpf_stats: bool,
+    #[command(flatten)]
+    pub otlp: OtlpFlags,
+    /// Also serve the metrics in the Prometheus text format at ADDR (host:port), path
+    /// /metrics.
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus: Option<SocketAddr>,
+    /// A regular expression matched against each exec's cgroup path (relative to the
+    /// attached cgroup): each named group that matches becomes an attribute of the exec's
+    /// metrics, e.g. '^ci/(?P<job>[^/]+)'.
+    #[arg(long, value_name = "REGEX")]
+    pub exec_attributes: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -209,6 +222,18 @@ fn emit(reports: &[ExecReport], output: Output) {
     let _ = out.flush();
 }
 
+/// The configured exporters, checked before anything is attached.
+fn start_exporters(common: &CommonArgs) -> Result<Option<Exporters>> {
+    let otlp = OtlpConfig::resolve(&common.otlp)?;
+    let attrs =
+        ExecAttributes::new(common.exec_attributes.as_deref()).map_err(anyhow::Error::msg)?;
+    let x = Exporters::start(otlp, common.prometheus, attrs)?;
+    for d in x.iter().flat_map(|x| x.describe()) {
+        eprintln!("profiler: {d}");
+    }
+    Ok(x)
+}
+
 fn print_costs(mon: &Monitor) {
     eprintln!("profiler: eBPF program costs (kernel BPF statistics):");
     for c in mon.costs() {
@@ -231,6 +256,7 @@ async fn attach(args: AttachArgs) -> Result<i32> {
     let _stats = enable_bpf_stats(args.common.bpf_stats)?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let exporters = start_exporters(&args.common)?;
     let mut mon = Monitor::start(options(&args.common, dir.clone(), args.exec_depth))?;
     eprintln!(
         "profiler: attached to {} (exec depth {}, {} exec(s) present)",
@@ -266,6 +292,12 @@ async fn attach(args: AttachArgs) -> Result<i32> {
             }
             _ = sample_tick.tick() => {
                 mon.sample_files();
+                if let Some(x) = &exporters {
+                    match mon.live() {
+                        Ok(rows) => x.live(&rows),
+                        Err(e) => eprintln!("profiler: warning: {e:#}"),
+                    }
+                }
                 Vec::new()
             }
             _ = live_tick.tick(), if args.live => {
@@ -288,6 +320,9 @@ async fn attach(args: AttachArgs) -> Result<i32> {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
         };
+        if let Some(x) = &exporters {
+            x.ended(&ended);
+        }
         if args.live && output == Output::Text {
             for r in &ended {
                 recent.push(r.line());
@@ -300,6 +335,11 @@ async fn attach(args: AttachArgs) -> Result<i32> {
     }
     let last = mon.shutdown()?;
     emit(&last, output);
+    if let Some(x) = exporters {
+        // Running execs' figures so far are their last ones from this profiler.
+        x.ended(&last);
+        x.shutdown();
+    }
     if args.common.bpf_stats {
         print_costs(&mon);
     }
@@ -359,6 +399,7 @@ async fn run(args: RunArgs) -> Result<i32> {
     let _stats = enable_bpf_stats(args.common.bpf_stats)?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let exporters = start_exporters(&args.common)?;
     let mut mon = Monitor::start(options(&args.common, dir.clone(), 0))?;
     let exec_id = cgroup::cgroup_id(&dir)?;
 
@@ -408,6 +449,10 @@ async fn run(args: RunArgs) -> Result<i32> {
         .strip_prefix(&h.mount)
         .map(|p| p.display().to_string())
         .unwrap_or(report.exec);
+    if let Some(x) = exporters {
+        x.ended(std::slice::from_ref(&report));
+        x.shutdown();
+    }
     match args.common.output {
         Output::Text => eprint!("{}", report.detailed(&args.command.join(" "), &status)),
         Output::Json => emit(&[report], Output::Json),

@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod cgroup_files;
 pub mod commands;
 pub mod execs;
+pub mod export;
 pub mod kernel_layout;
 pub mod monitor;
 pub mod network;

@@ -16,6 +16,8 @@ use std::{
 
 pub use serde_json::Value;
 
+pub mod backends;
+
 /// The profiler binary under test (built by `cargo xtask test`, or named by PROFILER_BIN).
 pub fn profiler_bin() -> PathBuf {
     if let Ok(p) = std::env::var("PROFILER_BIN") {

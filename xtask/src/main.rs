@@ -221,11 +221,55 @@ pub(crate) fn ensure_debian_packages(wanted: &[(&str, &str)]) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
+    apt_install(&missing)
+}
+
+fn apt_install(packages: &[&str]) -> Result<()> {
     run(Command::new("apt-get").args(["-q", "update"]))?;
     run(Command::new("apt-get")
         .args(["-q", "-y", "install", "--no-install-recommends"])
-        .args(&missing)
+        .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// The real metric backends of the exporter tests: rotel (OTLP collector, from PyPI, in
+/// target/tools/venv) and Debian's Prometheus. Returns (ROTEL_BIN, PROMETHEUS_BIN).
+fn ensure_backends() -> Result<(PathBuf, PathBuf)> {
+    let venv = root().join("target/tools/venv");
+    let rotel = venv.join("bin/rotel-agent");
+    if !rotel.exists() {
+        ensure_debian_packages(&[("python3", "python3")])?;
+        if !Command::new("python3")
+            .args(["-c", "import ensurepip"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            apt_install(&["python3-venv"])?;
+        }
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        // The version whose debug output tests/src/backends.rs parses (rotel-agent alpha10).
+        run(Command::new(venv.join("bin/pip")).args(["install", "-q", "rotel==0.0.1a15"]))?;
+        // The wheel keeps the binary inside the package (site-packages/rotel/rotel-agent).
+        let pkg = output(Command::new(venv.join("bin/python")).args([
+            "-c",
+            "import os, rotel; print(os.path.dirname(rotel.__file__))",
+        ]))?;
+        let _ = fs::remove_file(&rotel);
+        std::os::unix::fs::symlink(Path::new(pkg.trim()).join("rotel-agent"), &rotel)?;
+    }
+    let prometheus = PathBuf::from("/usr/bin/prometheus");
+    let fresh = !prometheus.exists();
+    ensure_debian_packages(&[("prometheus", "prometheus")])?;
+    if fresh {
+        // The package enables a service on :9090 (started unless policy-rc.d forbids it); the
+        // tests run their own Prometheus: stop it.
+        if Path::new("/run/systemd/system").is_dir() {
+            run(Command::new("systemctl").args(["disable", "--now", "prometheus"]))?;
+        } else if Path::new("/run/prometheus/prometheus.pid").exists() {
+            run(Command::new("service").args(["prometheus", "stop"]))?;
+        }
+    }
+    Ok((rotel, prometheus))
 }
 
 // ------------------------------------------------------------------------------------------
@@ -259,6 +303,8 @@ fn test(filter: Option<&str>) -> Result<()> {
     }
     // The network tests make namespaces and veth pairs with ip(8).
     ensure_debian_packages(&[("iproute2", "ip")])?;
+    // The exporter tests check what real backends receive: rotel (OTLP) and Prometheus.
+    let (rotel, prometheus) = ensure_backends()?;
     let bin = build(false)?;
     let mut unit = cargo();
     unit.args([
@@ -280,7 +326,9 @@ fn test(filter: Option<&str>) -> Result<()> {
         e2e.arg(f);
     }
     e2e.args(["--test-threads=1", "--nocapture"])
-        .env("PROFILER_BIN", &bin);
+        .env("PROFILER_BIN", &bin)
+        .env("ROTEL_BIN", &rotel)
+        .env("PROMETHEUS_BIN", &prometheus);
     run(&mut e2e)
 }
 

@@ -1,0 +1,446 @@
+//! The exported metrics: one table of definitions, and the data points of an exec record.
+//! OTLP and the Prometheus endpoint both take their metrics from here.
+
+use std::collections::BTreeMap;
+
+use profiler_common::{LAT_BUCKETS, lat_bucket_floor_ns};
+use regex::Regex;
+
+use crate::{cgroup_files::Sourced, report::ExecReport};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic cumulative sum.
+    Counter,
+    Gauge,
+    /// Explicit-boundary histogram of seconds (see [`latency_bounds_s`]).
+    Histogram,
+}
+
+#[derive(Debug)]
+pub struct Def {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unit: &'static str,
+    /// Integer values (bytes, counts) rather than seconds.
+    pub integer: bool,
+    pub description: &'static str,
+}
+
+macro_rules! defs {
+    ($($id:ident = $name:literal, $kind:ident, $unit:literal, $int:literal, $desc:literal;)*) => {
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum M { $($id,)* }
+        pub const DEFS: &[Def] = &[$(Def {
+            name: $name,
+            kind: Kind::$kind,
+            unit: $unit,
+            integer: $int,
+            description: $desc,
+        },)*];
+    };
+}
+
+defs! {
+    CpuTime = "container.cpu.time", Counter, "s", false,
+        "Time the exec's tasks ran on a CPU (eBPF, the tasks' sum_exec_runtime)";
+    DiskIo = "container.disk.io", Counter, "By", true,
+        "Block-layer bytes of the exec's requests, by disk.io.direction (eBPF)";
+    NetworkIo = "container.network.io", Counter, "By", true,
+        "Bytes through the interfaces of the exec's own network namespace, by network.io.direction and network.interface.name (eBPF)";
+    MemoryUsage = "container.memory.usage", Gauge, "By", true,
+        "Memory charged to the exec's cgroup (memory.current, sampled; running execs only)";
+    Uptime = "container.uptime", Gauge, "s", false,
+        "Time since the exec's cgroup was created (or the profiler attached)";
+    RunQueueDelay = "profiler.exec.cpu.run_queue_delay", Counter, "s", false,
+        "Time the exec's tasks were runnable but waiting for a CPU (eBPF, schedstat run_delay)";
+    IoWait = "profiler.exec.cpu.io_wait", Counter, "s", false,
+        "Time the exec's tasks were blocked waiting for IO (eBPF)";
+    MemoryStall = "profiler.exec.cpu.memory_stall", Counter, "s", false,
+        "Time the exec's tasks stalled on swap-in, reclaim and thrashing (delay accounting)";
+    ContextSwitches = "profiler.exec.cpu.context_switches", Counter, "{switch}", true,
+        "Context switches of the exec's tasks, by profiler.switch.kind (voluntary, involuntary)";
+    DiskOperations = "profiler.exec.disk.operations", Counter, "{operation}", true,
+        "Completed block requests of the exec, by disk.io.direction (eBPF)";
+    DiskLatency = "profiler.exec.disk.latency", Histogram, "s", false,
+        "Block request latency from issue to completion, by disk.io.direction (eBPF); exported once, when the exec ends";
+    SyscallIo = "profiler.exec.io.syscall", Counter, "By", true,
+        "Bytes of read- and write-type syscalls, page-cache hits included, by disk.io.direction (task IO accounting)";
+    SocketIo = "profiler.exec.network.socket.io", Counter, "By", true,
+        "IP bytes of the exec's sockets in any namespace, by network.io.direction and profiler.network.loopback (eBPF cgroup_skb)";
+    PressureStall = "profiler.exec.pressure.stall", Counter, "s", false,
+        "PSI stall time of the exec's cgroup, by profiler.pressure.resource (cpu, io, memory, irq) and profiler.pressure.kind (some, full)";
+    MemoryPeak = "profiler.exec.memory.peak", Gauge, "By", true,
+        "Peak memory charged to the exec's cgroup (memory.peak)";
+    OomKills = "profiler.exec.memory.oom_kills", Counter, "{kill}", true,
+        "OOM kills in the exec's cgroup (memory.events oom_kill)";
+    ProcessesStarted = "profiler.exec.processes.started", Counter, "{process}", true,
+        "Processes forked into the exec (eBPF)";
+    ThreadsStarted = "profiler.exec.threads.started", Counter, "{thread}", true,
+        "Threads started in the exec's processes (eBPF)";
+    Execve = "profiler.exec.execve", Counter, "{call}", true,
+        "execve calls in the exec (eBPF)";
+    ProcessCpuTime = "profiler.process.cpu.time", Counter, "s", false,
+        "CPU time of the exec's listed processes, by process.command (the top processes kept per exec)";
+}
+
+/// Histogram boundaries of [`M::DiskLatency`], in seconds: the log2 buckets of the kernel side.
+pub fn latency_bounds_s() -> Vec<f64> {
+    (1..LAT_BUCKETS)
+        .map(|i| lat_bucket_floor_ns(i) as f64 / 1e9)
+        .collect()
+}
+
+pub type Attrs = Vec<(&'static str, String)>;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    pub metric: M,
+    pub attrs: Attrs,
+    pub value: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hist {
+    pub metric: M,
+    pub attrs: Attrs,
+    /// Count per bucket of [`latency_bounds_s`] (one more than the bounds).
+    pub counts: Vec<u64>,
+    pub sum_s: f64,
+}
+
+/// Everything exported of one exec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecSeries {
+    pub cgroup_id: u64,
+    /// The exec's attributes, on every point.
+    pub attrs: Vec<(String, String)>,
+    pub points: Vec<Point>,
+    pub hists: Vec<Hist>,
+}
+
+/// How an exec's attributes are made from its cgroup path.
+#[derive(Clone, Debug, Default)]
+pub struct ExecAttributes {
+    /// A user pattern: each named group that matches becomes an attribute.
+    pub pattern: Option<Regex>,
+}
+
+impl ExecAttributes {
+    pub fn new(pattern: Option<&str>) -> Result<Self, String> {
+        let pattern = pattern
+            .map(|p| {
+                let re = Regex::new(p).map_err(|e| format!("invalid --exec-attributes pattern: {e}"))?;
+                if re.capture_names().flatten().next().is_none() {
+                    return Err(format!(
+                        "--exec-attributes pattern {p:?} has no named group: name each attribute, e.g. (?P<job>[^/]+)"
+                    ));
+                }
+                Ok(re)
+            })
+            .transpose()?;
+        Ok(Self { pattern })
+    }
+
+    pub fn of(&self, path: &str, cgroup_id: u64) -> Vec<(String, String)> {
+        let mut a = vec![
+            ("profiler.exec.path".to_owned(), path.to_owned()),
+            ("profiler.exec.cgroup_id".to_owned(), cgroup_id.to_string()),
+        ];
+        if let Some(id) = container_id(path) {
+            a.push(("container.id".to_owned(), id));
+        }
+        if let Some(re) = &self.pattern
+            && let Some(c) = re.captures(path)
+        {
+            for name in re.capture_names().flatten() {
+                if let Some(m) = c.name(name) {
+                    a.push((name.to_owned(), m.as_str().to_owned()));
+                }
+            }
+        }
+        a
+    }
+}
+
+/// The container id a cgroup path holds: `docker-<id>.scope`, `cri-containerd-<id>.scope`,
+/// `crio-<id>.scope`, `libpod-<id>.scope`, or a path component that is a 64-hex id (docker's
+/// cgroupfs layout) or a buildkit exec id (25 lower-case base32 characters).
+pub fn container_id(path: &str) -> Option<String> {
+    for comp in path.rsplit('/') {
+        let c = comp.strip_suffix(".scope").unwrap_or(comp);
+        let c = [
+            "docker-",
+            "cri-containerd-",
+            "crio-",
+            "libpod-",
+            "containerd-",
+        ]
+        .iter()
+        .find_map(|p| c.strip_prefix(p))
+        .unwrap_or(c);
+        let hex64 = c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit());
+        let buildkit = c.len() == 25
+            && c.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if hex64 || buildkit {
+            return Some(c.to_owned());
+        }
+    }
+    None
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn dir(d: &'static str) -> Attrs {
+    vec![("disk.io.direction", d.to_owned())]
+}
+
+fn net_dir(d: &'static str) -> Attrs {
+    vec![("network.io.direction", d.to_owned())]
+}
+
+impl ExecSeries {
+    /// The points of an exec record. Figures the record lacks (a missing cgroup file, a
+    /// network view this host does not have) are left out, never sent as zero.
+    pub fn of(r: &ExecReport, attrs: Vec<(String, String)>) -> Self {
+        let mut p = Vec::new();
+        let mut put = |metric: M, attrs: Attrs, value: f64| {
+            p.push(Point {
+                metric,
+                attrs,
+                value,
+            })
+        };
+        let c = &r.cpu;
+        put(M::CpuTime, vec![], secs(c.on_cpu_ns));
+        put(M::RunQueueDelay, vec![], secs(c.runq_delay_ns));
+        put(M::IoWait, vec![], secs(c.iowait_ns));
+        put(
+            M::MemoryStall,
+            vec![],
+            secs(c.swapin_ns + c.reclaim_ns + c.thrashing_ns),
+        );
+        for (kind, v) in [
+            ("voluntary", c.voluntary_switches),
+            ("involuntary", c.involuntary_switches),
+        ] {
+            put(
+                M::ContextSwitches,
+                vec![("profiler.switch.kind", kind.into())],
+                v as f64,
+            );
+        }
+        let d = &r.disk;
+        put(M::DiskIo, dir("read"), d.read_bytes as f64);
+        put(M::DiskIo, dir("write"), d.write_bytes as f64);
+        put(M::DiskOperations, dir("read"), d.read_requests as f64);
+        put(M::DiskOperations, dir("write"), d.write_requests as f64);
+        put(M::SyscallIo, dir("read"), r.io.read_bytes as f64);
+        put(M::SyscallIo, dir("write"), r.io.write_bytes as f64);
+        put(M::Uptime, vec![], secs(r.wall_ns));
+        put(
+            M::ProcessesStarted,
+            vec![],
+            r.tasks.processes_started as f64,
+        );
+        put(M::ThreadsStarted, vec![], r.tasks.threads_started as f64);
+        put(M::Execve, vec![], r.tasks.execve as f64);
+        if let Some(n) = &r.network {
+            if let Some(s) = &n.sockets {
+                for (lo, t) in [("false", diff(&s.all, &s.loopback)), ("true", s.loopback)] {
+                    for (d, v) in [("receive", t.rx_bytes), ("transmit", t.tx_bytes)] {
+                        let mut a = net_dir(d);
+                        a.push(("profiler.network.loopback", lo.into()));
+                        put(M::SocketIo, a, v as f64);
+                    }
+                }
+            }
+            if n.interfaces_total.is_some() {
+                for i in n.interfaces.iter().filter(|i| !i.loopback) {
+                    for (d, v) in [
+                        ("receive", i.traffic.rx_bytes),
+                        ("transmit", i.traffic.tx_bytes),
+                    ] {
+                        let mut a = net_dir(d);
+                        a.push(("network.interface.name", i.name.clone()));
+                        put(M::NetworkIo, a, v as f64);
+                    }
+                }
+            }
+        }
+        if let Some(cg) = &r.cgroup {
+            for (res, psi) in [
+                ("cpu", &cg.cpu_pressure),
+                ("io", &cg.io_pressure),
+                ("memory", &cg.memory_pressure),
+                ("irq", &cg.irq_pressure),
+            ] {
+                let Some(v) = value(psi) else { continue };
+                for (kind, line) in [("some", &v.some), ("full", &v.full)] {
+                    if let Some(l) = line {
+                        put(
+                            M::PressureStall,
+                            vec![
+                                ("profiler.pressure.resource", res.into()),
+                                ("profiler.pressure.kind", kind.into()),
+                            ],
+                            l.total_s,
+                        );
+                    }
+                }
+            }
+            if r.state == "running"
+                && let Some(v) = value(&cg.memory_current_bytes)
+            {
+                put(M::MemoryUsage, vec![], *v as f64);
+            }
+            if let Some(v) = value(&cg.memory_peak_bytes) {
+                put(M::MemoryPeak, vec![], *v as f64);
+            }
+            if let Some(v) = value(&cg.memory_events).and_then(|e| e.get("oom_kill")) {
+                put(M::OomKills, vec![], *v as f64);
+            }
+        }
+        let mut by_comm: BTreeMap<&str, u64> = BTreeMap::new();
+        for pr in &r.processes {
+            *by_comm.entry(pr.comm.as_str()).or_default() += pr.on_cpu_ns;
+        }
+        for (comm, ns) in by_comm {
+            put(
+                M::ProcessCpuTime,
+                vec![("process.command", comm.to_owned())],
+                secs(ns),
+            );
+        }
+        let mut hists = Vec::new();
+        for (d, h) in [("read", &d.read_latency), ("write", &d.write_latency)] {
+            let mut counts = vec![0u64; LAT_BUCKETS];
+            for (i, c) in h.counts.iter().enumerate().take(LAT_BUCKETS) {
+                counts[i] = *c;
+            }
+            if counts.iter().any(|&c| c > 0) {
+                hists.push(Hist {
+                    metric: M::DiskLatency,
+                    attrs: dir(d),
+                    counts,
+                    sum_s: secs(h.sum_ns),
+                });
+            }
+        }
+        Self {
+            cgroup_id: r.cgroup_id,
+            attrs,
+            points: p,
+            hists,
+        }
+    }
+}
+
+fn value<T>(s: &Option<Sourced<T>>) -> Option<&T> {
+    s.as_ref().and_then(|s| s.value.as_ref())
+}
+
+fn diff(a: &crate::network::Traffic, b: &crate::network::Traffic) -> crate::network::Traffic {
+    crate::network::Traffic {
+        rx_bytes: a.rx_bytes.saturating_sub(b.rx_bytes),
+        rx_packets: a.rx_packets.saturating_sub(b.rx_packets),
+        tx_bytes: a.tx_bytes.saturating_sub(b.tx_bytes),
+        tx_packets: a.tx_packets.saturating_sub(b.tx_packets),
+    }
+}
+
+/// Values to record into an OTel histogram so that it gets exactly `counts` per bucket and
+/// the exact `sum`: each bucket's values sit at one point inside the bucket, raised from its
+/// lower bound as far as the sum requires. Returns (value, how many times).
+pub fn histogram_values(bounds: &[f64], counts: &[u64], sum: f64) -> Vec<(f64, u64)> {
+    let lower = |i: usize| if i == 0 { 0.0 } else { bounds[i - 1] };
+    let width = |i: usize| bounds.get(i).map(|u| u - lower(i));
+    let mut left = sum
+        - counts
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| lower(i) * c as f64)
+            .sum::<f64>();
+    let mut out = Vec::new();
+    // Highest buckets first: the open last bucket takes whatever is left.
+    for i in (0..counts.len()).rev() {
+        let c = counts[i];
+        if c == 0 {
+            continue;
+        }
+        let room = width(i).map(|w| w * 0.999).unwrap_or(f64::INFINITY) * c as f64;
+        let add = left.clamp(0.0, room);
+        left -= add;
+        out.push((lower(i) + add / c as f64, c));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_units_set() {
+        let mut names: Vec<&str> = DEFS.iter().map(|d| d.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), DEFS.len());
+        assert_eq!(
+            DEFS[M::ProcessCpuTime as usize].name,
+            "profiler.process.cpu.time"
+        );
+        assert!(DEFS.iter().all(|d| !d.unit.is_empty()));
+    }
+
+    #[test]
+    fn container_ids_from_paths() {
+        let h = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            container_id(&format!("system.slice/docker-{h}.scope")).as_deref(),
+            Some(h)
+        );
+        assert_eq!(
+            container_id(&format!("kubepods/pod1/cri-containerd-{h}.scope")).as_deref(),
+            Some(h)
+        );
+        assert_eq!(container_id(&format!("docker/{h}")).as_deref(), Some(h));
+        assert_eq!(
+            container_id("buildkit/k7yq3m2p9x4n8b6v1c5z0w2r8").as_deref(),
+            Some("k7yq3m2p9x4n8b6v1c5z0w2r8")
+        );
+        assert_eq!(container_id("ci/job-42/step-1"), None);
+    }
+
+    #[test]
+    fn user_pattern_makes_attributes() {
+        let a = ExecAttributes::new(Some(r"^ci/(?P<job>[^/]+)/(?P<step>[^/]+)")).unwrap();
+        let v = a.of("ci/build-7/test", 9);
+        assert!(v.contains(&("job".into(), "build-7".into())));
+        assert!(v.contains(&("step".into(), "test".into())));
+        assert!(v.contains(&("profiler.exec.cgroup_id".into(), "9".into())));
+        assert!(ExecAttributes::new(Some("(")).is_err());
+        assert!(ExecAttributes::new(Some("no-groups")).is_err());
+    }
+
+    #[test]
+    fn histogram_values_keep_counts_and_sum() {
+        let bounds = latency_bounds_s();
+        let mut counts = vec![0u64; LAT_BUCKETS];
+        counts[3] = 5; // 8..16 us
+        counts[9] = 2; // ~0.5..1 ms
+        let sum = 5.0 * 10e-6 + 2.0 * 700e-6;
+        let vals = histogram_values(&bounds, &counts, sum);
+        let total: f64 = vals.iter().map(|(v, n)| v * *n as f64).sum();
+        assert!((total - sum).abs() < 1e-12, "{total} vs {sum}");
+        for (v, n) in vals {
+            let b = bounds.iter().position(|&u| v < u).unwrap_or(bounds.len());
+            assert_eq!(counts[b], n, "value {v} in bucket {b}");
+        }
+    }
+}

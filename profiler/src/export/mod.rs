@@ -1,0 +1,244 @@
+//! Publishing the per-exec records: OTLP push (opentelemetry-otlp) and a Prometheus text
+//! endpoint. Both read one shared view: the running execs' figures so far, and the ended
+//! execs' final figures until they have been delivered. Memory is bounded by the number of
+//! running execs plus the bounded backlogs below, not by the number of execs seen.
+
+pub mod metrics;
+mod otlp;
+mod prometheus;
+
+use std::{
+    collections::{HashMap, VecDeque},
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+pub use otlp::{OtlpConfig, OtlpFlags, Protocol};
+
+use self::metrics::{ExecAttributes, ExecSeries};
+use crate::report::ExecReport;
+
+/// Most ended execs kept waiting for a successful OTLP export (an outage longer than this
+/// many execs loses the oldest, with a warning).
+const MAX_PENDING_FINALS: usize = 50_000;
+/// How long, and how many, ended execs the Prometheus endpoint keeps showing.
+const PROMETHEUS_RETENTION: Duration = Duration::from_secs(300);
+const PROMETHEUS_MAX_ENDED: usize = 10_000;
+
+#[derive(Default)]
+pub(crate) struct Shared {
+    live: HashMap<u64, Arc<ExecSeries>>,
+    /// Ended execs waiting for an OTLP export that succeeds after they were first collected,
+    /// with the export attempt that first carried them.
+    finals: VecDeque<(Arc<ExecSeries>, Option<u64>)>,
+    /// Ended since the last export attempt: they join `finals` between two collections, so
+    /// that a collection shows an exec whole or not at all.
+    incoming: Vec<Arc<ExecSeries>>,
+    /// OTLP export attempts so far.
+    attempt: u64,
+    finals_dropped: u64,
+    /// Ended execs still shown by the Prometheus endpoint, with when they ended.
+    prom_ended: VecDeque<(Instant, Arc<ExecSeries>)>,
+    otlp: bool,
+    prometheus: bool,
+}
+
+impl Shared {
+    /// Every series to show now: running execs, then ended ones not yet delivered.
+    pub(crate) fn for_otlp(&mut self) -> Vec<Arc<ExecSeries>> {
+        let attempt = self.attempt;
+        let mut out: Vec<Arc<ExecSeries>> = self.live.values().cloned().collect();
+        for (s, first) in self.finals.iter_mut() {
+            first.get_or_insert(attempt);
+            out.push(s.clone());
+        }
+        out
+    }
+
+    /// An OTLP export attempt ended: on success, forget the finals it carried. Then take in
+    /// the execs that ended meanwhile.
+    pub(crate) fn exported(&mut self, ok: bool) {
+        let attempt = self.attempt;
+        self.attempt += 1;
+        if ok {
+            self.finals
+                .retain(|(_, first)| !matches!(first, Some(a) if *a <= attempt));
+        }
+        self.admit_incoming();
+    }
+
+    pub(crate) fn admit_incoming(&mut self) {
+        for s in std::mem::take(&mut self.incoming) {
+            if self.finals.len() >= MAX_PENDING_FINALS {
+                self.finals.pop_front();
+                self.finals_dropped += 1;
+                if self.finals_dropped.is_power_of_two() {
+                    eprintln!(
+                        "profiler: warning: OTLP backlog full: {} ended execs' final records dropped so far",
+                        self.finals_dropped
+                    );
+                }
+            }
+            self.finals.push_back((s, None));
+        }
+    }
+
+    pub(crate) fn for_prometheus(&mut self) -> Vec<Arc<ExecSeries>> {
+        let now = Instant::now();
+        while self
+            .prom_ended
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > PROMETHEUS_RETENTION)
+        {
+            self.prom_ended.pop_front();
+        }
+        let mut out: Vec<Arc<ExecSeries>> = self.live.values().cloned().collect();
+        out.extend(self.prom_ended.iter().map(|(_, s)| s.clone()));
+        out
+    }
+}
+
+pub struct Exporters {
+    shared: Arc<Mutex<Shared>>,
+    attrs: ExecAttributes,
+    otlp: Option<otlp::Otlp>,
+    prometheus: Option<prometheus::Server>,
+}
+
+fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Exporters {
+    /// Start what is configured; None when nothing is. Fails (before anything is attached)
+    /// on a bad endpoint, header or protocol, or a Prometheus address that cannot be bound.
+    pub fn start(
+        otlp: Option<OtlpConfig>,
+        prometheus: Option<SocketAddr>,
+        attrs: ExecAttributes,
+    ) -> Result<Option<Self>> {
+        if otlp.is_none() && prometheus.is_none() {
+            return Ok(None);
+        }
+        let shared = Arc::new(Mutex::new(Shared {
+            otlp: otlp.is_some(),
+            prometheus: prometheus.is_some(),
+            ..Default::default()
+        }));
+        let prometheus = prometheus
+            .map(|a| prometheus::Server::start(a, shared.clone()))
+            .transpose()?;
+        let otlp = otlp
+            .map(|c| otlp::Otlp::start(c, shared.clone()))
+            .transpose()?;
+        Ok(Some(Self {
+            shared,
+            attrs,
+            otlp,
+            prometheus,
+        }))
+    }
+
+    /// Where the exporters publish, for the start-up message.
+    pub fn describe(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(o) = &self.otlp {
+            v.push(o.describe());
+        }
+        if let Some(p) = &self.prometheus {
+            v.push(format!(
+                "serving Prometheus metrics at http://{}/metrics",
+                p.addr
+            ));
+        }
+        v
+    }
+
+    fn series(&self, r: &ExecReport) -> Arc<ExecSeries> {
+        Arc::new(ExecSeries::of(r, self.attrs.of(&r.exec, r.cgroup_id)))
+    }
+
+    /// The running execs' figures so far (replaces the previous set).
+    pub fn live(&self, reports: &[ExecReport]) {
+        let live: HashMap<u64, Arc<ExecSeries>> = reports
+            .iter()
+            .filter(|r| r.state == "running")
+            .map(|r| (r.cgroup_id, self.series(r)))
+            .collect();
+        lock(&self.shared).live = live;
+    }
+
+    /// Execs whose figures are final (ended, or running at shutdown): exported once more
+    /// with these values, then forgotten.
+    pub fn ended(&self, reports: &[ExecReport]) {
+        if reports.is_empty() {
+            return;
+        }
+        let series: Vec<Arc<ExecSeries>> = reports.iter().map(|r| self.series(r)).collect();
+        if let Some(o) = &self.otlp {
+            for s in &series {
+                o.record_histograms(s);
+            }
+        }
+        let mut sh = lock(&self.shared);
+        let now = Instant::now();
+        for s in series {
+            sh.live.remove(&s.cgroup_id);
+            if sh.otlp {
+                sh.incoming.push(s.clone());
+            }
+            if sh.prometheus {
+                if sh.prom_ended.len() >= PROMETHEUS_MAX_ENDED {
+                    sh.prom_ended.pop_front();
+                }
+                sh.prom_ended.push_back((now, s));
+            }
+        }
+    }
+
+    /// Final export (bounded by the exporter's timeout), then stop serving.
+    pub fn shutdown(self) {
+        if let Some(o) = self.otlp {
+            o.shutdown();
+        }
+        if let Some(p) = self.prometheus {
+            p.stop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(id: u64) -> Arc<ExecSeries> {
+        Arc::new(ExecSeries {
+            cgroup_id: id,
+            attrs: vec![],
+            points: vec![],
+            hists: vec![],
+        })
+    }
+
+    #[test]
+    fn finals_stay_until_an_export_that_carried_them_succeeds() {
+        let mut s = Shared {
+            otlp: true,
+            ..Default::default()
+        };
+        s.incoming.push(series(1));
+        assert_eq!(s.for_otlp().len(), 0); // not before an attempt has ended
+        s.exported(true);
+        assert_eq!(s.for_otlp().len(), 1); // attempt 1 carries exec 1
+        s.incoming.push(series(2)); // ended during that collection
+        s.exported(false); // attempt 1 failed: both stay
+        assert_eq!(s.finals.len(), 2);
+        assert_eq!(s.for_otlp().len(), 2); // attempt 2 carries both
+        s.incoming.push(series(3));
+        s.exported(true);
+        let left: Vec<u64> = s.finals.iter().map(|(x, _)| x.cgroup_id).collect();
+        assert_eq!(left, vec![3]);
+    }
+}

@@ -1,0 +1,555 @@
+//! OTLP push with opentelemetry-otlp: configuration from flags and the standard
+//! environment, observable instruments that read the shared view, and an exporter wrapper
+//! that tells the view which ended execs have been delivered.
+
+use std::{
+    collections::HashMap,
+    env,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use clap::Args;
+use opentelemetry::{
+    KeyValue,
+    metrics::{Histogram, MeterProvider as _},
+};
+use opentelemetry_otlp::{
+    MetricExporter, WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _,
+};
+use opentelemetry_sdk::{
+    Resource,
+    error::OTelSdkResult,
+    metrics::{
+        PeriodicReader, SdkMeterProvider, Temporality, data::ResourceMetrics,
+        exporter::PushMetricExporter,
+    },
+    resource::EnvResourceDetector,
+};
+
+use super::{
+    Shared, lock,
+    metrics::{DEFS, ExecSeries, Kind, M, histogram_values, latency_bounds_s},
+};
+
+/// OTLP flags; each overrides its standard environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OtlpFlags {
+    /// OTLP endpoint (base URL, e.g. http://collector:4317 for gRPC, http://collector:4318
+    /// for HTTP) [env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT].
+    /// Metrics are pushed only when an endpoint is set.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// grpc or http/protobuf [env: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+    /// OTEL_EXPORTER_OTLP_PROTOCOL; default http/protobuf].
+    #[arg(long, value_name = "PROTOCOL")]
+    pub otlp_protocol: Option<String>,
+    /// Headers sent with each export, as key=value,key2=value2 [env:
+    /// OTEL_EXPORTER_OTLP_METRICS_HEADERS, OTEL_EXPORTER_OTLP_HEADERS].
+    #[arg(long, value_name = "HEADERS")]
+    pub otlp_headers: Option<String>,
+    /// Timeout of one export [env: OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
+    /// OTEL_EXPORTER_OTLP_TIMEOUT in ms; default 10s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::commands::parse_duration)]
+    pub otlp_timeout: Option<Duration>,
+    /// Interval between exports [env: OTEL_METRIC_EXPORT_INTERVAL in ms; default 60s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::commands::parse_duration)]
+    pub export_interval: Option<Duration>,
+    /// cumulative or delta [env: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE; default
+    /// cumulative]. The disk latency histogram is always a delta: each exec's is sent once,
+    /// when it ends.
+    #[arg(long, value_name = "TEMPORALITY")]
+    pub otlp_temporality: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+/// Resolved OTLP settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtlpConfig {
+    pub protocol: Protocol,
+    /// Full URL the exporter posts to (HTTP: with /v1/metrics).
+    pub endpoint: String,
+    pub headers: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub interval: Duration,
+    pub delta: bool,
+}
+
+fn var(names: &[&str]) -> Option<(String, String)> {
+    names.iter().find_map(|n| {
+        env::var(n)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (n.to_string(), v.trim().to_owned()))
+    })
+}
+
+fn millis(name: &str, v: &str) -> Result<Duration> {
+    v.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| anyhow!("{name}={v:?} is not a number of milliseconds"))
+}
+
+/// Parse `key=value,key2=value2` (values percent-decoded, as the OTLP spec says).
+pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("header {part:?} has no '=' (use key=value,key2=value2)"))?;
+        let k = k.trim();
+        let v = percent_decode(v.trim()).ok_or_else(|| format!("header {k:?}: bad %-escape"))?;
+        if k.is_empty()
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$&'*+^`|~".contains(&b))
+        {
+            return Err(format!("header name {k:?} is not a valid HTTP header name"));
+        }
+        if v.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+            return Err(format!("header {k:?} has a control character in its value"));
+        }
+        out.push((k.to_ascii_lowercase(), v));
+    }
+    Ok(out)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Check an endpoint URL: http or https, a host, an optional port.
+fn check_endpoint(what: &str, url: &str) -> Result<()> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| anyhow!("{what} {url:?} must start with http:// or https://"))?;
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if !h.ends_with(']') || authority.starts_with('[') => {
+            if !port.is_empty() && port.parse::<u16>().is_err() && !h.starts_with('[') {
+                bail!("{what} {url:?} has a bad port {port:?}");
+            }
+            h
+        }
+        _ => authority,
+    };
+    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '@') {
+        bail!("{what} {url:?} has no valid host");
+    }
+    Ok(())
+}
+
+impl OtlpConfig {
+    /// From the flags and the standard environment. None when no endpoint is set anywhere
+    /// (or OTEL_METRICS_EXPORTER=none).
+    pub fn resolve(f: &OtlpFlags) -> Result<Option<Self>> {
+        if f.otlp_endpoint.is_none()
+            && var(&["OTEL_METRICS_EXPORTER"]).is_some_and(|(_, v)| v == "none")
+        {
+            return Ok(None);
+        }
+        let protocol = match f
+            .otlp_protocol
+            .clone()
+            .map(|v| ("--otlp-protocol".to_owned(), v))
+            .or_else(|| {
+                var(&[
+                    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+                    "OTEL_EXPORTER_OTLP_PROTOCOL",
+                ])
+            }) {
+            None => Protocol::HttpProtobuf,
+            Some((_, v)) if v == "grpc" => Protocol::Grpc,
+            Some((_, v)) if v == "http/protobuf" => Protocol::HttpProtobuf,
+            Some((name, v)) if v == "http/json" => {
+                bail!("{name}={v}: OTLP over HTTP/JSON is not supported; use grpc or http/protobuf")
+            }
+            Some((name, v)) => {
+                bail!("{name}={v:?}: unknown OTLP protocol; use grpc or http/protobuf")
+            }
+        };
+        // Base endpoints get the signal path on HTTP; the metrics-specific one is used as is.
+        let path = |base: &str| match protocol {
+            Protocol::Grpc => base.to_owned(),
+            Protocol::HttpProtobuf => format!("{}/v1/metrics", base.trim_end_matches('/')),
+        };
+        let endpoint = if let Some(e) = &f.otlp_endpoint {
+            check_endpoint("--otlp-endpoint", e)?;
+            path(e)
+        } else if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]) {
+            check_endpoint(&n, &e)?;
+            e
+        } else if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_ENDPOINT"]) {
+            check_endpoint(&n, &e)?;
+            path(&e)
+        } else {
+            return Ok(None);
+        };
+        let headers = match f
+            .otlp_headers
+            .clone()
+            .map(|v| ("--otlp-headers".to_owned(), v))
+            .or_else(|| {
+                var(&[
+                    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                ])
+            }) {
+            Some((name, v)) => parse_headers(&v).map_err(|e| anyhow!("{name}: {e}"))?,
+            None => Vec::new(),
+        };
+        let timeout = match f.otlp_timeout {
+            Some(t) => t,
+            None => match var(&[
+                "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+                "OTEL_EXPORTER_OTLP_TIMEOUT",
+            ]) {
+                Some((n, v)) => millis(&n, &v)?,
+                None => Duration::from_secs(10),
+            },
+        };
+        let interval = match f.export_interval {
+            Some(t) => t,
+            None => match var(&["OTEL_METRIC_EXPORT_INTERVAL"]) {
+                Some((n, v)) => millis(&n, &v)?,
+                None => Duration::from_secs(60),
+            },
+        };
+        if interval.is_zero() {
+            bail!("the export interval must be above zero");
+        }
+        let delta = match f
+            .otlp_temporality
+            .clone()
+            .map(|v| ("--otlp-temporality".to_owned(), v))
+            .or_else(|| var(&["OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"]))
+        {
+            None => false,
+            Some((_, v))
+                if v.eq_ignore_ascii_case("cumulative") || v.eq_ignore_ascii_case("lowmemory") =>
+            {
+                false
+            }
+            Some((_, v)) if v.eq_ignore_ascii_case("delta") => true,
+            Some((n, v)) => bail!("{n}={v:?}: unknown temporality; use cumulative or delta"),
+        };
+        Ok(Some(Self {
+            protocol,
+            endpoint,
+            headers,
+            timeout,
+            interval,
+            delta,
+        }))
+    }
+
+    fn build_exporter(&self) -> Result<MetricExporter> {
+        // Counters and gauges are observed, so "LowMemory" keeps them cumulative; it makes
+        // the one synchronous instrument, the latency histogram, a delta.
+        let temporality = if self.delta {
+            Temporality::Delta
+        } else {
+            Temporality::LowMemory
+        };
+        let e = match self.protocol {
+            Protocol::Grpc => {
+                let mut hm = http::HeaderMap::new();
+                for (k, v) in &self.headers {
+                    let key = http::HeaderName::from_bytes(k.as_bytes())
+                        .map_err(|e| anyhow!("header {k:?}: {e}"))?;
+                    let val =
+                        http::HeaderValue::from_str(v).map_err(|e| anyhow!("header {k:?}: {e}"))?;
+                    hm.insert(key, val);
+                }
+                let md = opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(hm);
+                let mut b = MetricExporter::builder()
+                    .with_tonic()
+                    .with_temporality(temporality)
+                    .with_endpoint(&self.endpoint)
+                    .with_timeout(self.timeout)
+                    .with_metadata(md);
+                if self.endpoint.starts_with("https://") {
+                    b = b.with_tls_config(
+                        opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                            .with_webpki_roots(),
+                    );
+                }
+                b.build()
+            }
+            Protocol::HttpProtobuf => MetricExporter::builder()
+                .with_http()
+                .with_temporality(temporality)
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(&self.endpoint)
+                .with_timeout(self.timeout)
+                .with_headers(self.headers.iter().cloned().collect::<HashMap<_, _>>())
+                .build(),
+        };
+        e.map_err(|e| anyhow!("cannot set up the OTLP exporter for {}: {e}", self.endpoint))
+    }
+}
+
+/// The resource: who sends. OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override.
+fn resource() -> Resource {
+    let uname = nix::sys::utsname::uname().ok();
+    let s = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
+        uname
+            .as_ref()
+            .map(|u| f(u).to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let arch = match env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        a => a,
+    };
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut b = Resource::builder_empty()
+        .with_service_name("profiler")
+        .with_attributes([
+            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+            KeyValue::new("host.name", host),
+            KeyValue::new("host.arch", arch),
+            KeyValue::new("os.type", "linux"),
+            KeyValue::new("os.version", s(|u| u.release())),
+            KeyValue::new(
+                "os.description",
+                format!(
+                    "{} {} {}",
+                    s(|u| u.sysname()),
+                    s(|u| u.release()),
+                    s(|u| u.version())
+                ),
+            ),
+        ])
+        .with_detector(Box::new(EnvResourceDetector::new()));
+    if let Some((_, name)) = var(&["OTEL_SERVICE_NAME"]) {
+        b = b.with_service_name(name);
+    }
+    b.build()
+}
+
+/// Delegates to the OTLP exporter and tells the shared view how each attempt went.
+struct Acking {
+    inner: MetricExporter,
+    shared: Arc<Mutex<Shared>>,
+    failing: AtomicBool,
+    endpoint: String,
+}
+
+impl PushMetricExporter for Acking {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let r = self.inner.export(metrics).await;
+        lock(&self.shared).exported(r.is_ok());
+        match &r {
+            Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
+                eprintln!("profiler: OTLP export to {} works again", self.endpoint)
+            }
+            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => eprintln!(
+                "profiler: warning: OTLP export to {} failed ({e}); measuring goes on, and ended \
+                 execs' final records are kept and sent again at each interval",
+                self.endpoint
+            ),
+            _ => {}
+        }
+        r
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
+    }
+}
+
+pub(crate) struct Otlp {
+    config: OtlpConfig,
+    shared: Arc<Mutex<Shared>>,
+    provider: SdkMeterProvider,
+    /// Runs the gRPC client's connection tasks, apart from the profiler's own loop.
+    runtime: Option<tokio::runtime::Runtime>,
+    latency: Histogram<f64>,
+    bounds: Vec<f64>,
+}
+
+impl Otlp {
+    pub(crate) fn start(config: OtlpConfig, shared: Arc<Mutex<Shared>>) -> Result<Self> {
+        // Built on a thread of its own: the HTTP client blocks and must not be made (or
+        // dropped) inside the async runtime; the gRPC client needs a runtime of its own.
+        std::thread::spawn(move || Self::build(config, shared))
+            .join()
+            .map_err(|_| anyhow!("the OTLP exporter set-up panicked"))?
+    }
+
+    fn build(config: OtlpConfig, shared: Arc<Mutex<Shared>>) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("profiler-otlp")
+            .enable_all()
+            .build()
+            .context("cannot start the OTLP runtime")?;
+        let guard = runtime.enter();
+        let exporter = Acking {
+            inner: config.build_exporter()?,
+            shared: shared.clone(),
+            failing: AtomicBool::new(false),
+            endpoint: config.endpoint.clone(),
+        };
+        let reader = PeriodicReader::builder(exporter)
+            .with_interval(config.interval)
+            .build();
+        let provider = SdkMeterProvider::builder()
+            .with_resource(resource())
+            .with_reader(reader)
+            .build();
+        let meter = provider.meter("profiler");
+        for (i, d) in DEFS.iter().enumerate() {
+            let sh = shared.clone();
+            // One callback per instrument: the points of metric `i` of every exec shown.
+            let each = move |f: &mut dyn FnMut(f64, &[KeyValue])| {
+                let series = lock(&sh).for_otlp();
+                for s in series {
+                    let base: Vec<KeyValue> = s
+                        .attrs
+                        .iter()
+                        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+                        .collect();
+                    for p in s.points.iter().filter(|p| p.metric as usize == i) {
+                        let mut kv = base.clone();
+                        kv.extend(p.attrs.iter().map(|(k, v)| KeyValue::new(*k, v.clone())));
+                        f(p.value, &kv);
+                    }
+                }
+            };
+            match (d.kind, d.integer) {
+                (Kind::Counter, true) => {
+                    meter
+                        .u64_observable_counter(d.name)
+                        .with_unit(d.unit)
+                        .with_description(d.description)
+                        .with_callback(move |o| each(&mut |v, kv| o.observe(v as u64, kv)))
+                        .build();
+                }
+                (Kind::Counter, false) => {
+                    meter
+                        .f64_observable_counter(d.name)
+                        .with_unit(d.unit)
+                        .with_description(d.description)
+                        .with_callback(move |o| each(&mut |v, kv| o.observe(v, kv)))
+                        .build();
+                }
+                (Kind::Gauge, true) => {
+                    meter
+                        .u64_observable_gauge(d.name)
+                        .with_unit(d.unit)
+                        .with_description(d.description)
+                        .with_callback(move |o| each(&mut |v, kv| o.observe(v as u64, kv)))
+                        .build();
+                }
+                (Kind::Gauge, false) => {
+                    meter
+                        .f64_observable_gauge(d.name)
+                        .with_unit(d.unit)
+                        .with_description(d.description)
+                        .with_callback(move |o| each(&mut |v, kv| o.observe(v, kv)))
+                        .build();
+                }
+                (Kind::Histogram, _) => {}
+            }
+        }
+        let d = &DEFS[M::DiskLatency as usize];
+        let bounds = latency_bounds_s();
+        let latency = meter
+            .f64_histogram(d.name)
+            .with_unit(d.unit)
+            .with_description(d.description)
+            .with_boundaries(bounds.clone())
+            .build();
+        drop(guard);
+        Ok(Self {
+            config,
+            shared,
+            provider,
+            runtime: Some(runtime),
+            latency,
+            bounds,
+        })
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "pushing OTLP metrics ({}) to {} every {:?}",
+            match self.config.protocol {
+                Protocol::Grpc => "grpc",
+                Protocol::HttpProtobuf => "http/protobuf",
+            },
+            self.config.endpoint,
+            self.config.interval
+        )
+    }
+
+    /// An ended exec's latency histograms, recorded once (a delta: the SDK then forgets them).
+    pub(crate) fn record_histograms(&self, s: &ExecSeries) {
+        for h in &s.hists {
+            let mut kv: Vec<KeyValue> = s
+                .attrs
+                .iter()
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+                .collect();
+            kv.extend(h.attrs.iter().map(|(k, v)| KeyValue::new(*k, v.clone())));
+            for (v, n) in histogram_values(&self.bounds, &h.counts, h.sum_s) {
+                for _ in 0..n {
+                    self.latency.record(v, &kv);
+                }
+            }
+        }
+    }
+
+    /// A last collection and export, bounded by the export timeout.
+    pub(crate) fn shutdown(mut self) {
+        lock(&self.shared).admit_incoming();
+        let provider = self.provider.clone();
+        let timeout = self.config.timeout + Duration::from_secs(1);
+        let runtime = self.runtime.take();
+        let _ = std::thread::spawn(move || {
+            if let Err(e) = provider.shutdown_with_timeout(timeout) {
+                eprintln!("profiler: warning: final OTLP export: {e}");
+            }
+            if let Some(rt) = runtime {
+                rt.shutdown_timeout(Duration::from_secs(1));
+            }
+        })
+        .join();
+    }
+}
