@@ -308,6 +308,11 @@ impl Attached {
         }
     }
 
+    /// The profiler's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Records received so far.
     pub fn records(&self) -> Vec<Value> {
         self.records.lock().unwrap().clone()

@@ -488,6 +488,15 @@ impl Otlp {
                 (Kind::Histogram, _) => {}
             }
         }
+        // Always observed, so that no collection is empty: the SDK skips the export of an
+        // empty one, and the shared view learns of deliveries from exports.
+        let sh = shared.clone();
+        meter
+            .u64_observable_gauge("profiler.execs.running")
+            .with_unit("{exec}")
+            .with_description("Execs the profiler follows now")
+            .with_callback(move |o| o.observe(lock(&sh).live.len() as u64, &[]))
+            .build();
         let d = &DEFS[M::DiskLatency as usize];
         let bounds = latency_bounds_s();
         let latency = meter

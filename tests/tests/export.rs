@@ -1,0 +1,420 @@
+//! OpenTelemetry export (issue 6) against real backends: rotel, an OpenTelemetry collector
+//! that prints every data point it receives, and Debian's Prometheus. Values must equal the
+//! profiler's own JSON records of the same execs.
+
+use std::{collections::HashSet, fs, thread, time::Duration};
+
+use profiler_tests::{backends::*, *};
+
+const MIB: u64 = 1 << 20;
+
+fn wait_point(rotel: &Rotel, metric: &str, id: u64, with: &[(&str, &str)], want: f64) -> Point {
+    let idv = id.to_string();
+    let found = rotel.wait_for(secs(60), |p| {
+        p.metric == metric
+            && p.attr("profiler.exec.cgroup_id") == Some(idv.as_str())
+            && with.iter().all(|(k, v)| p.attr(k) == Some(*v))
+            && (p.value - want).abs() <= want.abs() * 1e-9
+    });
+    found.last().unwrap().clone()
+}
+
+/// Wait until every exec of `want` (cgroup id, value) has a point of `metric` with that value.
+fn wait_all(rotel: &Rotel, metric: &str, want: &[(u64, f64)]) {
+    let deadline = std::time::Instant::now() + secs(90);
+    loop {
+        let pts = rotel.points();
+        let mut got: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+        for p in pts.iter().filter(|p| p.metric == metric) {
+            if let Some(id) = p.attr("profiler.exec.cgroup_id") {
+                got.insert(id, p.value);
+            }
+        }
+        let missing: Vec<&(u64, f64)> = want
+            .iter()
+            .filter(|(id, v)| {
+                got.get(id.to_string().as_str())
+                    .is_none_or(|g| (g - v).abs() > v.abs() * 1e-9)
+            })
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} execs never arrived with their final {metric}, e.g. {:?}",
+            missing.len(),
+            want.len(),
+            &missing[..missing.len().min(5)]
+        );
+        thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// Test 1: over gRPC and over HTTP/protobuf, an exec that writes 8 MiB with direct IO and
+/// spins on a CPU arrives with the right names, units, attributes and resource, and values
+/// equal to the profiler's JSON record.
+#[test]
+fn otlp_delivers_exec_metrics_over_grpc_and_http() {
+    for proto in ["grpc", "http/protobuf"] {
+        let cg = TestCgroup::new(if proto == "grpc" {
+            "otlp-grpc"
+        } else {
+            "otlp-http"
+        });
+        let scratch = scratch_dir("otlp");
+        let rotel = Rotel::start();
+        let endpoint = if proto == "grpc" {
+            rotel.grpc_endpoint()
+        } else {
+            rotel.http_endpoint()
+        };
+        let p = Attached::start(
+            &cg,
+            &[
+                "--otlp-endpoint",
+                &endpoint,
+                "--otlp-protocol",
+                proto,
+                "--export-interval",
+                "1s",
+                "--exec-attributes",
+                "^(?P<job>[a-z]+)-",
+            ],
+        );
+        let e = cg.child("build-1");
+        let id = cgroup_id(&e);
+        let out = format!("of={}", scratch.join("f").display());
+        run_born_in(
+            &e,
+            &[
+                "dd",
+                "if=/dev/zero",
+                &out,
+                "bs=1M",
+                "count=8",
+                "oflag=direct",
+                "status=none",
+            ],
+        );
+        run_born_in(&e, &[&busy(), "200000"]);
+        rmdir(&e);
+        let rec = p.wait_ended(id, secs(30));
+        let wb = u(&rec["disk"]["write_bytes"]);
+        assert!(wb >= 8 * MIB, "{rec}");
+        let io = wait_point(
+            &rotel,
+            "container.disk.io",
+            id,
+            &[("disk.io.direction", "write")],
+            wb as f64,
+        );
+        assert_eq!(
+            (io.unit.as_str(), io.kind.as_str()),
+            ("By", "sum"),
+            "{io:?}"
+        );
+        assert_eq!(io.monotonic, Some(true));
+        assert_eq!(io.temporality.as_deref(), Some("cumulative"));
+        assert_eq!(io.attr("profiler.exec.path"), Some("build-1"));
+        assert_eq!(
+            io.attr("job"),
+            Some("build"),
+            "user pattern attribute: {io:?}"
+        );
+        for (k, v) in [
+            ("service.name", "profiler"),
+            ("os.type", "linux"),
+            ("host.arch", "amd64"),
+        ] {
+            assert_eq!(
+                io.resource.get(k).map(String::as_str),
+                Some(v),
+                "{:?}",
+                io.resource
+            );
+        }
+        assert!(
+            io.resource.contains_key("host.name") && io.resource.contains_key("service.version")
+        );
+        let cpu_s = u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9;
+        let cpu = wait_point(&rotel, "container.cpu.time", id, &[], cpu_s);
+        assert_eq!(cpu.unit, "s");
+        let reqs = u(&rec["disk"]["write_requests"]);
+        let ops = wait_point(
+            &rotel,
+            "profiler.exec.disk.operations",
+            id,
+            &[("disk.io.direction", "write")],
+            reqs as f64,
+        );
+        assert_eq!(ops.unit, "{operation}");
+        // The latency histogram: once, at the end, with the record's request count and sum.
+        let idv = id.to_string();
+        let h = rotel.wait_for(secs(30), |p| {
+            p.metric == "profiler.exec.disk.latency"
+                && p.attr("profiler.exec.cgroup_id") == Some(idv.as_str())
+                && p.attr("disk.io.direction") == Some("write")
+        });
+        let h = h.last().unwrap();
+        assert_eq!((h.kind.as_str(), h.unit.as_str()), ("histogram", "s"));
+        assert_eq!(h.count, Some(reqs), "{h:?}");
+        let sum_s = u(&rec["disk"]["write_latency"]["sum_ns"]) as f64 / 1e9;
+        assert!(
+            (h.value - sum_s).abs() <= 1e-6,
+            "histogram sum {} vs {sum_s}",
+            h.value
+        );
+        eprintln!(
+            "MEASURED otlp {proto}: disk write {wb} B, cpu {cpu_s:.6} s, {reqs} requests: equal"
+        );
+        p.stop();
+        let _ = fs::remove_dir_all(&scratch);
+    }
+}
+
+/// Test 2: 300 execs of a few milliseconds each all arrive with their final values; the
+/// profiler's memory does not grow with the number of execs seen, and ended execs are no
+/// longer exported once delivered.
+#[test]
+fn short_execs_all_arrive_and_memory_stays_flat() {
+    let cg = TestCgroup::new("otlp-short");
+    let rotel = Rotel::start();
+    let p = Attached::start(
+        &cg,
+        &[
+            "--otlp-endpoint",
+            &rotel.grpc_endpoint(),
+            "--otlp-protocol",
+            "grpc",
+            "--export-interval",
+            "1s",
+        ],
+    );
+    let pid = p.pid();
+    let batch = |from: usize| -> Vec<u64> {
+        (from..from + 300)
+            .map(|i| {
+                let e = cg.child(&format!("s{i}"));
+                let id = cgroup_id(&e);
+                run_born_in(&e, &[&busy(), "2000"]);
+                rmdir(&e);
+                id
+            })
+            .collect()
+    };
+    let first = batch(0);
+    thread::sleep(secs(3));
+    let rss1 = rss_kib(pid);
+    let second = batch(300);
+    thread::sleep(secs(3));
+    let rss2 = rss_kib(pid);
+    let want: Vec<(u64, f64)> = first
+        .iter()
+        .chain(&second)
+        .map(|id| {
+            let rec = p.wait_ended(*id, secs(30));
+            let cpu_s = u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9;
+            assert!(cpu_s > 0.0);
+            (*id, cpu_s)
+        })
+        .collect();
+    wait_all(&rotel, "container.cpu.time", &want);
+    // Delivered finals are not sent again: the newest export carries none of them.
+    thread::sleep(secs(3));
+    let pts = rotel.points();
+    let newest = pts.iter().filter_map(|p| p.time_unix_nano).max().unwrap();
+    let ids: HashSet<String> = first.iter().chain(&second).map(|i| i.to_string()).collect();
+    let stale = pts
+        .iter()
+        .filter(|p| p.time_unix_nano == Some(newest))
+        .filter(|p| {
+            p.attr("profiler.exec.cgroup_id")
+                .is_some_and(|i| ids.contains(i))
+        })
+        .count();
+    assert_eq!(stale, 0, "ended execs still exported");
+    eprintln!(
+        "MEASURED otlp 600 short execs: all delivered; RSS {rss1} KiB after 300, {rss2} KiB after 600"
+    );
+    assert!(
+        rss2 <= rss1 + 2048,
+        "RSS grew from {rss1} to {rss2} KiB over 300 more execs"
+    );
+    p.stop();
+}
+
+/// Test 3: the collector is down for 20 s while execs come and go; once it is back, every
+/// exec that ended meanwhile arrives with its final values, and the profiler warned once.
+#[test]
+fn execs_ended_during_an_outage_arrive_afterwards() {
+    let cg = TestCgroup::new("otlp-outage");
+    let mut rotel = Rotel::start();
+    let p = Attached::start(
+        &cg,
+        &[
+            "--otlp-endpoint",
+            &rotel.http_endpoint(),
+            "--export-interval",
+            "1s",
+            "--otlp-timeout",
+            "1s",
+        ],
+    );
+    rotel.stop();
+    let mut ids = Vec::new();
+    let start = std::time::Instant::now();
+    let mut i = 0;
+    while start.elapsed() < Duration::from_secs(20) {
+        let e = cg.child(&format!("o{i}"));
+        ids.push(cgroup_id(&e));
+        run_born_in(&e, &[&busy(), "5000"]);
+        rmdir(&e);
+        i += 1;
+        thread::sleep(Duration::from_secs(1));
+    }
+    rotel.restart();
+    let want: Vec<(u64, f64)> = ids
+        .iter()
+        .map(|id| {
+            let rec = p.wait_ended(*id, secs(30));
+            (*id, u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9)
+        })
+        .collect();
+    wait_all(&rotel, "container.cpu.time", &want);
+    let (code, _, stderr) = p.stop();
+    assert_eq!(code, 0, "{stderr:?}");
+    let warnings = stderr
+        .iter()
+        .filter(|l| l.contains("OTLP export") && l.contains("failed"))
+        .count();
+    assert_eq!(warnings, 1, "one warning per failure streak: {stderr:?}");
+    assert!(
+        stderr.iter().any(|l| l.contains("works again")),
+        "{stderr:?}"
+    );
+    eprintln!(
+        "MEASURED otlp outage: {} execs ended during 20 s without a collector, all delivered",
+        ids.len()
+    );
+}
+
+/// Test 4: a real Prometheus scrapes --prometheus; PromQL returns the exec's values.
+#[test]
+fn prometheus_scrapes_per_exec_values() {
+    let cg = TestCgroup::new("prom");
+    let scratch = scratch_dir("prom");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let p = Attached::start(&cg, &["--prometheus", &addr, "--sample-interval", "200ms"]);
+    let prom = Prometheus::start(&addr, Duration::from_secs(1));
+    let e = cg.child("job-a");
+    let id = cgroup_id(&e);
+    let out = format!("of={}", scratch.join("f").display());
+    run_born_in(
+        &e,
+        &[
+            "dd",
+            "if=/dev/zero",
+            &out,
+            "bs=1M",
+            "count=4",
+            "oflag=direct",
+            "status=none",
+        ],
+    );
+    rmdir(&e);
+    let rec = p.wait_ended(id, secs(30));
+    let wb = u(&rec["disk"]["write_bytes"]) as f64;
+    let q = format!(
+        "container_disk_io_bytes_total{{profiler_exec_cgroup_id=\"{id}\",disk_io_direction=\"write\"}}"
+    );
+    let r = prom.wait_for(&q, secs(30));
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].1, wb, "{r:?}");
+    assert_eq!(
+        r[0].0.get("profiler_exec_path").map(String::as_str),
+        Some("job-a")
+    );
+    let q = format!(
+        "profiler_exec_disk_latency_seconds_count{{profiler_exec_cgroup_id=\"{id}\",disk_io_direction=\"write\"}}"
+    );
+    let r = prom.wait_for(&q, secs(30));
+    assert_eq!(r[0].1, u(&rec["disk"]["write_requests"]) as f64);
+    eprintln!("MEASURED prometheus: PromQL returned {wb} B written, as the JSON record");
+    p.stop();
+    let _ = fs::remove_dir_all(&scratch);
+}
+
+/// Test 5: bad export settings fail before attaching, with one line.
+#[test]
+fn bad_export_settings_fail_before_attaching() {
+    let cg = TestCgroup::new("otlp-bad");
+    for (args, env, want) in [
+        (
+            vec!["--otlp-endpoint", "ftp://x:1"],
+            None,
+            "must start with http:// or https://",
+        ),
+        (
+            vec![
+                "--otlp-endpoint",
+                "http://127.0.0.1:4317",
+                "--otlp-headers",
+                "novalue",
+            ],
+            None,
+            "has no '='",
+        ),
+        (
+            vec![
+                "--otlp-endpoint",
+                "http://127.0.0.1:4317",
+                "--otlp-protocol",
+                "thrift",
+            ],
+            None,
+            "unknown OTLP protocol",
+        ),
+        (
+            vec![],
+            Some(("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317")),
+            "must start with http",
+        ),
+        (
+            vec![],
+            Some(("OTEL_EXPORTER_OTLP_PROTOCOL", "udp")),
+            "unknown OTLP protocol",
+        ),
+    ] {
+        let mut c = std::process::Command::new(profiler_bin());
+        c.args(["attach", "--cgroup", &cg.arg()]).args(&args);
+        c.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+        if let Some((k, v)) = env {
+            c.env(k, v);
+            if k != "OTEL_EXPORTER_OTLP_ENDPOINT" {
+                c.env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+            }
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(want) && !err.contains("attached"),
+            "{args:?}: {err}"
+        );
+    }
+}
