@@ -354,9 +354,14 @@ impl Attached {
     }
 
     /// SIGINT, wait for exit; returns (exit code, all records, stderr lines).
-    pub fn stop(mut self) -> (i32, Vec<Value>, Vec<String>) {
+    pub fn stop(self) -> (i32, Vec<Value>, Vec<String>) {
+        self.stop_with(libc::SIGINT)
+    }
+
+    /// Send `signal`, wait for exit; returns (exit code, all records, stderr lines).
+    pub fn stop_with(mut self, signal: i32) -> (i32, Vec<Value>, Vec<String>) {
         // SAFETY: signal the profiler this test started.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        unsafe { libc::kill(self.child.id() as i32, signal) };
         let status = self.child.wait().unwrap();
         for t in self.readers.drain(..) {
             t.join().unwrap();

@@ -308,6 +308,32 @@ fn execs_ended_during_an_outage_arrive_afterwards() {
     );
 }
 
+/// On SIGTERM the profiler makes a last export: an exec that ended long before the next
+/// interval still arrives, and the profiler exits 0.
+#[test]
+fn sigterm_makes_a_final_export() {
+    let cg = TestCgroup::new("otlp-term");
+    let rotel = Rotel::start();
+    let p = Attached::start(
+        &cg,
+        &[
+            "--otlp-endpoint",
+            &rotel.http_endpoint(),
+            "--export-interval",
+            "10m",
+        ],
+    );
+    let e = cg.child("last");
+    let id = cgroup_id(&e);
+    run_born_in(&e, &[&busy(), "20000"]);
+    rmdir(&e);
+    let rec = p.wait_ended(id, secs(30));
+    let (code, _, stderr) = p.stop_with(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr:?}");
+    let cpu_s = u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9;
+    wait_all(&rotel, "container.cpu.time", &[(id, cpu_s)]);
+}
+
 /// Test 4: a real Prometheus scrapes --prometheus; PromQL returns the exec's values.
 #[test]
 fn prometheus_scrapes_per_exec_values() {
