@@ -122,7 +122,7 @@ fn cpu_pressure_matches_run_queue_delay() {
 /// PSI, so the final values must then equal it to the microsecond). The other half are never
 /// read: their cpu usage must match the exec's eBPF on-CPU time (within 5% + 200 us), and
 /// their PSI the attached cgroup's own deltas (PSI is hierarchical and nothing else runs in
-/// it) only roughly, because the kernel's PSI total depends on when it aggregates (each CPU
+/// it) only roughly (within 100% + 2 ms), because the kernel's PSI total depends on when it aggregates (each CPU
 /// weighs by its non-idle jiffies per aggregation period, and the parent may aggregate in the
 /// middle of an exec). The parent's cpu.stat delta is printed: it matched to 1 us on 6.1,
 /// 6.12 and 6.18, but was once 3.5 ms higher than the exec's own figures on 7.3.
@@ -211,9 +211,11 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
             }
             None => {
                 for (got, want, what) in [(io, io_us, "io"), (cpu, cpu_us, "cpu")] {
+                    // A sanity bound only (the exact check is the other half's own files):
+                    // the parent aggregates on its own schedule, and was seen 1 ms apart on 6.1.
                     let d = (got - want as f64).abs();
                     assert!(
-                        d <= 0.5 * want as f64 + 500.0,
+                        d <= want as f64 + 2000.0,
                         "{what} some {got} us vs parent's {want} us: {rec}"
                     );
                     worst_parent_psi = worst_parent_psi.max(d);
