@@ -286,11 +286,11 @@ impl Monitor {
                 f.sample(now);
             }
         }
+        let mut by_exec = self.probes.namespaces_by_exec();
         for (id, path) in self.execs.running() {
-            let namespaces = self.probes.namespaces_of(id);
-            if namespaces.is_empty() {
+            let Some(namespaces) = by_exec.remove(&id) else {
                 continue;
-            }
+            };
             let dir = if path == "." {
                 self.opts.cgroup.clone()
             } else {

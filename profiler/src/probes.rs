@@ -291,12 +291,13 @@ impl Probes {
         (nets, ifaces)
     }
 
-    /// The namespaces (inode numbers) registered as the exec's.
-    pub fn namespaces_of(&self, exec_id: u64) -> Vec<u32> {
-        self.netns_of(exec_id)
-            .into_iter()
-            .map(|(_, v)| v.inum)
-            .collect()
+    /// Every exec's registered namespaces (inode numbers), in one pass over the map.
+    pub fn namespaces_by_exec(&self) -> std::collections::HashMap<u64, Vec<u32>> {
+        let mut out: std::collections::HashMap<u64, Vec<u32>> = Default::default();
+        for (_, v) in self.netns.iter().filter_map(|r| r.ok()) {
+            out.entry(v.exec_id).or_default().push(v.inum);
+        }
+        out
     }
 
     fn netns_of(&self, exec_id: u64) -> Vec<(u64, NetnsEntry)> {
