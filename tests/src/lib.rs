@@ -229,6 +229,17 @@ pub fn schedstat(pid: u32) -> (u64, u64) {
     (v[0], v[1])
 }
 
+/// Voluntary context switches of this process's reaped children (getrusage RUSAGE_CHILDREN).
+pub fn children_voluntary_switches() -> u64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) },
+        0
+    );
+    ru.ru_nvcsw as u64
+}
+
 /// A scratch directory on a real block device (not tmpfs, not 9p), for IO tests:
 /// PROFILER_SCRATCH (the VM tests' virtio disk), else target/io-scratch.
 pub fn scratch_dir(name: &str) -> PathBuf {

@@ -24,7 +24,9 @@ fn direct_io_bytes_match_the_sizes_written_and_read() {
     let n = 64 * MIB;
     let w = cg.child("write");
     let of = format!("of={}", file.display());
-    run_in(
+    let switches_before = children_voluntary_switches();
+    // Born in the exec (clone3), so that its whole life is the exec's.
+    run_born_in(
         &w,
         &[
             "dd",
@@ -36,6 +38,7 @@ fn direct_io_bytes_match_the_sizes_written_and_read() {
             "status=none",
         ],
     );
+    let dd_switches = children_voluntary_switches() - switches_before;
     let wid = cgroup_id(&w);
     rmdir(&w);
     let rec = p.wait_ended(wid, secs(30));
@@ -50,22 +53,36 @@ fn direct_io_bytes_match_the_sizes_written_and_read() {
         u(&rec["disk"]["write_latency"]["sum_ns"]) > 0,
         "write latency histogram is empty"
     );
-    // dd waits for each synchronous direct write until all its requests complete: about the
-    // mean latency of its requests (issue to completion), less the CPU work between issue and
-    // the task's switch-out (20% here, up to 25% under emulation: the bound is half); at most
-    // the time the exec was off its CPU.
+    // The kernel's count of dd's voluntary switches, from wait4's rusage, is the exec's.
+    let voluntary = u(&rec["cpu"]["voluntary_switches"]);
+    assert_eq!(voluntary, dd_switches, "voluntary switches vs rusage");
+    // Each IO wait is a voluntary switch, and lies within the time the exec was off its CPU.
     let iowait = u(&rec["cpu"]["iowait_ns"]);
+    let waits = u(&rec["cpu"]["iowait_waits"]);
+    let off_cpu = u(&rec["wall_ns"]) - u(&rec["cpu"]["on_cpu_ns"]);
+    assert!(
+        waits <= voluntary && iowait <= off_cpu,
+        "IO-wait {iowait}: {rec}"
+    );
+    // When dd blocked for each synchronous direct write (it usually does), it waited about the
+    // mean latency of its requests (issue to completion), less the CPU work between issue and
+    // its switch-out (20% here, up to 25% under emulation: the bound is half). On a busy
+    // virtual machine the completion can arrive while dd's vCPU is descheduled (steal time),
+    // before dd would sleep: it then does not block, and the kernel counts no switch.
     let lat_sum = u(&rec["disk"]["write_latency"]["sum_ns"]);
     let requests = u(&rec["disk"]["write_requests"]);
     let floor = lat_sum as f64 * 64.0 / requests as f64;
-    let off_cpu = u(&rec["wall_ns"]) - u(&rec["cpu"]["on_cpu_ns"]);
     eprintln!(
-        "MEASURED direct-write IO-wait {iowait} ns: 64 writes x mean request latency {floor:.0} ns, off-CPU {off_cpu} ns"
+        "MEASURED direct-write IO-wait {iowait} ns in {waits} waits: dd blocked {dd_switches} \
+         times (rusage) for 64 writes of mean request latency x 64 = {floor:.0} ns, off-CPU \
+         {off_cpu} ns"
     );
-    assert!(
-        iowait as f64 >= 0.5 * floor && iowait <= off_cpu,
-        "IO-wait {iowait}: {rec}"
-    );
+    if dd_switches >= 64 {
+        assert!(
+            iowait as f64 >= 0.5 * floor,
+            "IO-wait {iowait} in {waits} waits: {rec}"
+        );
+    }
 
     fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     // Page dd and its libraries back in from outside the exec: the exec's disk reads are then
