@@ -17,7 +17,7 @@ use crate::{
     execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
     kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
     network::{FaultSamples, NetInput, NetReport},
-    probes::{Limits, Probes, ProgramCost, kernel_release},
+    probes::{ExecNet, Limits, Probes, ProgramCost, kernel_release},
     report::ExecReport,
 };
 
@@ -288,7 +288,7 @@ impl Monitor {
         }
         let mut by_exec = self.probes.namespaces_by_exec();
         for (id, path) in self.execs.running() {
-            let Some(namespaces) = by_exec.remove(&id) else {
+            let Some(net) = by_exec.remove(&id) else {
                 continue;
             };
             let dir = if path == "." {
@@ -299,7 +299,7 @@ impl Monitor {
             self.net_faults
                 .entry(id)
                 .or_default()
-                .sample(&dir, &namespaces, now);
+                .sample(&dir, &net.inums(), now);
         }
     }
 
@@ -339,6 +339,8 @@ impl Monitor {
         self.warn_drops();
         let mut out = Vec::new();
         let now_ns = monotonic_ns();
+        // Read once, when the first exec is ready to end.
+        let mut net: Option<HashMap<u64, ExecNet>> = None;
         for (id, removed_ns) in self.execs.removed() {
             let stats = self.probes.execs.get(&id, 0).ok();
             let pending = stats.map(|s| s.pending as i64).unwrap_or(0);
@@ -366,7 +368,11 @@ impl Monitor {
                     self.opts.grace
                 ));
             }
-            out.push(self.finish(id, stats, notes, None));
+            let net = net
+                .get_or_insert_with(|| self.probes.net_by_exec())
+                .remove(&id)
+                .unwrap_or_default();
+            out.push(self.finish(id, stats, notes, None, net));
         }
         out
     }
@@ -377,6 +383,7 @@ impl Monitor {
         stats: Option<ExecStats>,
         mut notes: Vec<String>,
         snap: Option<&Snapshot>,
+        net: ExecNet,
     ) -> ExecReport {
         let exec = self.execs.get(id).cloned().expect("finish of a known exec");
         let stats = stats.unwrap_or_else(|| {
@@ -415,17 +422,15 @@ impl Monitor {
             report.cgroup = Some(c);
         }
         // An ended exec's namespaces and interface counters leave the kernel maps here.
-        let (namespaces, ifaces) = if exec.removed_ns.is_some() {
-            self.probes.take_net(id)
-        } else {
-            self.probes.net_of(id)
-        };
+        if exec.removed_ns.is_some() {
+            self.probes.forget_net(&net);
+        }
         report.network = Some(NetReport::build(NetInput {
             sock: &stats.sock,
             sockets_status: &self.probes.net.sockets,
             interfaces_status: &self.probes.net.interfaces,
-            namespaces: &namespaces,
-            ifaces: &ifaces,
+            namespaces: &net.inums(),
+            ifaces: &net.ifaces,
             faults: self.net_faults.get(&id),
         }));
         if exec.removed_ns.is_some()
@@ -446,6 +451,7 @@ impl Monitor {
         self.drain();
         let recs = self.probes.snapshot()?;
         let snap = Snapshot::from_records(&recs);
+        let mut net = self.probes.net_by_exec();
         let mut ids: Vec<u64> = self.execs.ids();
         ids.sort();
         let mut out = Vec::new();
@@ -467,7 +473,8 @@ impl Monitor {
             if idle && self.execs.get(id).is_some_and(|e| e.path == ".") {
                 continue;
             }
-            out.push(self.finish(id, stats, Vec::new(), Some(&snap)));
+            let net = net.remove(&id).unwrap_or_default();
+            out.push(self.finish(id, stats, Vec::new(), Some(&snap), net));
         }
         out.sort_by(|a, b| a.exec.cmp(&b.exec));
         Ok(out)
@@ -483,6 +490,7 @@ impl Monitor {
             out.extend(self.poll());
         }
         // Whatever is still waiting is reported as it stands.
+        let mut net = self.probes.net_by_exec();
         for (id, _) in self.execs.removed() {
             let stats = self.probes.execs.get(&id, 0).ok();
             out.push(self.finish(
@@ -490,6 +498,7 @@ impl Monitor {
                 stats,
                 vec!["reported at shutdown before its last tasks were freed".into()],
                 None,
+                net.remove(&id).unwrap_or_default(),
             ));
         }
         out.extend(self.live()?);

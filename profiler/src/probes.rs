@@ -51,6 +51,20 @@ pub struct Limits {
     pub max_baselines: u32,
 }
 
+/// An exec's entries in the network maps.
+#[derive(Default)]
+pub struct ExecNet {
+    /// (kernel address of the `struct net`, namespace inode number)
+    pub namespaces: Vec<(u64, u32)>,
+    pub ifaces: Vec<(IfaceKey, IfaceTraffic)>,
+}
+
+impl ExecNet {
+    pub fn inums(&self) -> Vec<u32> {
+        self.namespaces.iter().map(|(_, inum)| *inum).collect()
+    }
+}
+
 /// The loaded programs and their maps.
 pub struct Probes {
     ebpf: Ebpf,
@@ -261,51 +275,36 @@ impl Probes {
         }
     }
 
-    /// Remove an ended exec's network entries; returns its namespaces (inode numbers) and
-    /// interface counters.
-    pub fn take_net(&mut self, exec_id: u64) -> (Vec<u32>, Vec<(IfaceKey, IfaceTraffic)>) {
-        let nets = self.netns_of(exec_id);
-        for (k, _) in &nets {
-            let _ = self.netns.remove(k);
-        }
-        let (_, ifaces) = self.net_of(exec_id);
-        for (k, _) in &ifaces {
-            let _ = self.ifaces.remove(k);
-        }
-        (nets.into_iter().map(|(_, v)| v.inum).collect(), ifaces)
-    }
-
-    /// A live exec's namespaces and interface counters so far.
-    pub fn net_of(&self, exec_id: u64) -> (Vec<u32>, Vec<(IfaceKey, IfaceTraffic)>) {
-        let ifaces = self
-            .ifaces
-            .iter()
-            .filter_map(|r| r.ok())
-            .filter(|(k, _)| k.exec_id == exec_id)
-            .collect();
-        let nets = self
-            .netns_of(exec_id)
-            .into_iter()
-            .map(|(_, v)| v.inum)
-            .collect();
-        (nets, ifaces)
-    }
-
-    /// Every exec's registered namespaces (inode numbers), in one pass over the map.
-    pub fn namespaces_by_exec(&self) -> std::collections::HashMap<u64, Vec<u32>> {
-        let mut out: std::collections::HashMap<u64, Vec<u32>> = Default::default();
-        for (_, v) in self.netns.iter().filter_map(|r| r.ok()) {
-            out.entry(v.exec_id).or_default().push(v.inum);
+    /// Every exec's registered namespaces, in one pass over the map.
+    pub fn namespaces_by_exec(&self) -> std::collections::HashMap<u64, ExecNet> {
+        let mut out: std::collections::HashMap<u64, ExecNet> = Default::default();
+        for (net, v) in self.netns.iter().filter_map(|r| r.ok()) {
+            out.entry(v.exec_id)
+                .or_default()
+                .namespaces
+                .push((net, v.inum));
         }
         out
     }
 
-    fn netns_of(&self, exec_id: u64) -> Vec<(u64, NetnsEntry)> {
-        self.netns
-            .iter()
-            .filter_map(|r| r.ok())
-            .filter(|(_, v)| v.exec_id == exec_id)
-            .collect()
+    /// Every exec's namespaces and interface counters so far: one pass over each map, however
+    /// many execs a refresh reports.
+    pub fn net_by_exec(&self) -> std::collections::HashMap<u64, ExecNet> {
+        let mut out = self.namespaces_by_exec();
+        for (k, v) in self.ifaces.iter().filter_map(|r| r.ok()) {
+            out.entry(k.exec_id).or_default().ifaces.push((k, v));
+        }
+        out
+    }
+
+    /// Remove an ended exec's network entries from the kernel maps.
+    pub fn forget_net(&mut self, net: &ExecNet) {
+        for (k, _) in &net.namespaces {
+            let _ = self.netns.remove(k);
+        }
+        for (k, _) in &net.ifaces {
+            let _ = self.ifaces.remove(k);
+        }
     }
 
     /// Live counters of every task in the subtree (one pass of the task iterator).
