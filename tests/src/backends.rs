@@ -452,6 +452,11 @@ impl Rotel {
         }
     }
 
+    /// (gRPC port, HTTP port)
+    pub fn ports(&self) -> (u16, u16) {
+        (self.grpc_port, self.http_port)
+    }
+
     /// OTLP/gRPC endpoint, "http://127.0.0.1:PORT".
     pub fn grpc_endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.grpc_port)
@@ -530,6 +535,120 @@ impl Rotel {
 impl Drop for Rotel {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// TLS: a private CA made with openssl, and socat as a TLS-terminating proxy in front of a
+// plain-text collector port (mutual TLS: it accepts only clients with a certificate of that CA).
+
+/// A private CA with a server certificate for 127.0.0.1 and a client certificate, in PEM
+/// files of a directory of its own (removed on drop).
+pub struct Pki {
+    pub dir: PathBuf,
+}
+
+impl Pki {
+    pub fn new(name: &str) -> Pki {
+        let dir = repo_root()
+            .join("target")
+            .join(format!("pki-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let pki = Pki { dir };
+        // Arguments split at spaces (none has one).
+        let ssl = |args: &str| {
+            let out = Command::new("openssl")
+                .args(args.split_whitespace())
+                .current_dir(&pki.dir)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap_or_else(|e| panic!("openssl: {e} (Debian package openssl)"));
+            assert!(
+                out.status.success(),
+                "openssl {args}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+        ssl(&format!(
+            "req -x509 {key} -days 2 -subj /CN=profiler-test-ca -keyout ca.key -out ca.pem"
+        ));
+        for (who, ext) in [
+            (
+                "server",
+                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth",
+            ),
+            ("client", "extendedKeyUsage=clientAuth"),
+        ] {
+            fs::write(pki.dir.join(format!("{who}.ext")), format!("{ext}\n")).unwrap();
+            ssl(&format!(
+                "req {key} -subj /CN=profiler-test-{who} -keyout {who}.key -out {who}.csr"
+            ));
+            ssl(&format!(
+                "x509 -req -in {who}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+                 -extfile {who}.ext -out {who}.pem"
+            ));
+        }
+        pki
+    }
+
+    pub fn file(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// socat: TLS (server certificate of `pki`, client certificate required) on a free loopback
+/// port, relayed to plain TCP on `to_port`.
+pub struct TlsProxy {
+    pub port: u16,
+    child: Child,
+}
+
+impl TlsProxy {
+    pub fn start(pki: &Pki, to_port: u16) -> TlsProxy {
+        let [port] = free_ports();
+        let listen = format!(
+            "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={},key={},cafile={},verify=1",
+            pki.file("server.pem"),
+            pki.file("server.key"),
+            pki.file("ca.pem")
+        );
+        let child = Command::new("socat")
+            .args([&listen, &format!("TCP:127.0.0.1:{to_port}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("socat: {e} (`cargo xtask test` installs Debian's socat)"));
+        let mut proxy = TlsProxy { port, child };
+        let deadline = Instant::now() + secs(10);
+        while !accepts(port) {
+            assert!(
+                proxy.child.try_wait().unwrap().is_none() && Instant::now() < deadline,
+                "socat did not listen on 127.0.0.1:{port}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        proxy
+    }
+
+    /// "https://127.0.0.1:PORT"
+    pub fn endpoint(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for TlsProxy {
+    fn drop(&mut self) {
+        // Its per-connection children end with their connections.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -384,6 +384,104 @@ fn prometheus_scrapes_per_exec_values() {
     let _ = fs::remove_dir_all(&scratch);
 }
 
+/// https with a private CA and mutual TLS, over gRPC and HTTP: socat terminates TLS in front
+/// of rotel and accepts only clients with a certificate of that CA. The values arrive as in the
+/// JSON record. Without the CA the export fails with a certificate warning and nothing arrives.
+#[test]
+fn otlp_over_tls_with_a_private_ca_and_client_certificate() {
+    let pki = Pki::new("otlp");
+    let rotel = Rotel::start();
+    let (grpc_port, http_port) = rotel.ports();
+    let scratch = scratch_dir("otlp-tls");
+    for (proto, port, trusted) in [
+        ("grpc", grpc_port, true),
+        ("http/protobuf", http_port, true),
+        ("grpc", grpc_port, false),
+        ("http/protobuf", http_port, false),
+    ] {
+        let proxy = TlsProxy::start(&pki, port);
+        let cg = TestCgroup::new(&format!(
+            "otlp-tls-{}-{}",
+            if proto == "grpc" { "grpc" } else { "http" },
+            if trusted { "ca" } else { "noca" }
+        ));
+        let ca = pki.file("ca.pem");
+        let mut args = vec![
+            "--otlp-endpoint".to_owned(),
+            proxy.endpoint(),
+            "--otlp-protocol".into(),
+            proto.into(),
+            "--export-interval".into(),
+            "1s".into(),
+            "--otlp-client-certificate".into(),
+            pki.file("client.pem"),
+            "--otlp-client-key".into(),
+            pki.file("client.key"),
+        ];
+        if trusted {
+            args.extend(["--otlp-certificate".into(), ca]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let p = Attached::start(&cg, &args);
+        let e = cg.child("job");
+        let id = cgroup_id(&e);
+        let out = format!("of={}", scratch.join("f").display());
+        run_born_in(
+            &e,
+            &[
+                "dd",
+                "if=/dev/zero",
+                &out,
+                "bs=1M",
+                "count=4",
+                "oflag=direct",
+                "status=none",
+            ],
+        );
+        rmdir(&e);
+        let rec = p.wait_ended(id, secs(30));
+        let wb = u(&rec["disk"]["write_bytes"]);
+        if trusted {
+            wait_point(
+                &rotel,
+                "container.disk.io",
+                id,
+                &[("disk.io.direction", "write")],
+                wb as f64,
+            );
+            let (code, _, stderr) = p.stop();
+            assert_eq!(code, 0, "{stderr:?}");
+            assert!(
+                !stderr.iter().any(|l| l.contains("failed")),
+                "{proto} over TLS: {stderr:?}"
+            );
+            eprintln!("MEASURED {proto} over mutual TLS: exec's {wb} B written arrived");
+        } else {
+            // A few intervals: each export fails the server's certificate.
+            thread::sleep(secs(3));
+            let (_, _, stderr) = p.stop();
+            let idv = id.to_string();
+            assert!(
+                !rotel
+                    .points()
+                    .iter()
+                    .any(|p| p.attr("profiler.exec.cgroup_id") == Some(idv.as_str())),
+                "{proto}: delivered without trusting the CA"
+            );
+            let warning = stderr
+                .iter()
+                .find(|l| l.contains("OTLP export to") && l.contains("failed"))
+                .unwrap_or_else(|| panic!("{proto}: no warning: {stderr:?}"));
+            assert!(
+                warning.to_lowercase().contains("certificate"),
+                "{proto}: the warning names the certificate: {warning}"
+            );
+            eprintln!("MEASURED {proto} without the CA: {warning}");
+        }
+    }
+    let _ = fs::remove_dir_all(&scratch);
+}
+
 /// Test 5: bad export settings fail before attaching, with one line.
 #[test]
 fn bad_export_settings_fail_before_attaching() {
@@ -423,6 +521,31 @@ fn bad_export_settings_fail_before_attaching() {
             vec![],
             Some(("OTEL_EXPORTER_OTLP_PROTOCOL", "udp")),
             "unknown OTLP protocol",
+        ),
+        (
+            vec![
+                "--otlp-endpoint",
+                "https://127.0.0.1:4318",
+                "--otlp-certificate",
+                "/nonexistent/ca.pem",
+            ],
+            None,
+            "--otlp-certificate: cannot read /nonexistent/ca.pem",
+        ),
+        (
+            vec![
+                "--otlp-endpoint",
+                "https://127.0.0.1:4318",
+                "--otlp-certificate",
+                "/proc/version",
+            ],
+            None,
+            "no PEM certificate",
+        ),
+        (
+            vec![],
+            Some(("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/proc/version")),
+            "without its pair",
         ),
     ] {
         let mut c = std::process::Command::new(profiler_bin());

@@ -301,8 +301,13 @@ fn test(filter: Option<&str>) -> Result<()> {
             "the end-to-end tests load eBPF programs and create cgroups: run `cargo xtask test` as root"
         );
     }
-    // The network tests make namespaces and veth pairs with ip(8).
-    ensure_debian_packages(&[("iproute2", "ip")])?;
+    // The network tests make namespaces and veth pairs with ip(8); the TLS export test makes
+    // a private CA with openssl and terminates TLS with socat.
+    ensure_debian_packages(&[
+        ("iproute2", "ip"),
+        ("openssl", "openssl"),
+        ("socat", "socat"),
+    ])?;
     // The exporter tests check what real backends receive: rotel (OTLP) and Prometheus.
     let (rotel, prometheus) = ensure_backends()?;
     let bin = build(false)?;

@@ -107,7 +107,8 @@ pub struct Exporters {
     prometheus: Option<prometheus::Server>,
 }
 
-fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+/// A poisoned lock still holds usable figures.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -4,7 +4,8 @@
 
 use std::{
     collections::HashMap,
-    env,
+    env, fs,
+    path::PathBuf,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -64,6 +65,19 @@ pub struct OtlpFlags {
     /// when it ends.
     #[arg(long, value_name = "TEMPORALITY")]
     pub otlp_temporality: Option<String>,
+    /// PEM file of the CA certificate(s) an https endpoint's certificate may chain to,
+    /// besides the public roots [env: OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE,
+    /// OTEL_EXPORTER_OTLP_CERTIFICATE].
+    #[arg(long, value_name = "FILE")]
+    pub otlp_certificate: Option<PathBuf>,
+    /// PEM file of the client certificate for mutual TLS [env:
+    /// OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE, OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE].
+    #[arg(long, value_name = "FILE")]
+    pub otlp_client_certificate: Option<PathBuf>,
+    /// PEM file of the client's private key for mutual TLS [env:
+    /// OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY, OTEL_EXPORTER_OTLP_CLIENT_KEY].
+    #[arg(long, value_name = "FILE")]
+    pub otlp_client_key: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +96,163 @@ pub struct OtlpConfig {
     pub timeout: Duration,
     pub interval: Duration,
     pub delta: bool,
+    pub tls: TlsFiles,
+}
+
+/// PEM contents for an https endpoint, read (and checked) when the settings are resolved.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TlsFiles {
+    pub ca: Option<Vec<u8>>,
+    /// (certificate chain, private key)
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsFiles {
+    fn resolve(f: &OtlpFlags) -> Result<Self> {
+        let file = |flag: &Option<PathBuf>, flag_name: &str, vars: &[&str]| {
+            let (name, path) = match flag {
+                Some(p) => (flag_name.to_owned(), p.clone()),
+                None => match var(vars) {
+                    Some((n, v)) => (n, PathBuf::from(v)),
+                    None => return Ok(None),
+                },
+            };
+            fs::read(&path)
+                .map(|pem| Some((name.clone(), pem)))
+                .map_err(|e| anyhow!("{name}: cannot read {}: {e}", path.display()))
+        };
+        let ca = file(
+            &f.otlp_certificate,
+            "--otlp-certificate",
+            &[
+                "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            ],
+        )?;
+        let cert = file(
+            &f.otlp_client_certificate,
+            "--otlp-client-certificate",
+            &[
+                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            ],
+        )?;
+        let key = file(
+            &f.otlp_client_key,
+            "--otlp-client-key",
+            &[
+                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            ],
+        )?;
+        if let Some((name, pem)) = &ca {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| anyhow!("{name}: not a PEM certificate file ({e})"))?;
+            if certs.is_empty() {
+                bail!("{name}: no PEM certificate in the file");
+            }
+        }
+        let identity = match (cert, key) {
+            (None, None) => None,
+            (Some((cn, cert)), Some((_, key))) => {
+                let mut both = cert.clone();
+                both.extend_from_slice(b"\n");
+                both.extend_from_slice(&key);
+                reqwest::Identity::from_pem(&both).map_err(|e| {
+                    anyhow!("{cn} and its key: not a PEM certificate and private key ({e})")
+                })?;
+                Some((cert, key))
+            }
+            (Some((n, _)), None) | (None, Some((n, _))) => bail!(
+                "{n} is set without its pair: mutual TLS needs both a client certificate and \
+                 its key"
+            ),
+        };
+        Ok(Self {
+            ca: ca.map(|(_, pem)| pem),
+            identity,
+        })
+    }
+
+    fn is_set(&self) -> bool {
+        self.ca.is_some() || self.identity.is_some()
+    }
+
+    /// tonic's TLS settings: the public roots, the extra CA, the client identity.
+    fn tonic(&self) -> opentelemetry_otlp::tonic_types::transport::ClientTlsConfig {
+        use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
+        let mut c = ClientTlsConfig::new()
+            .with_webpki_roots()
+            // OTLP/gRPC is HTTP/2 whatever the TLS layer negotiates (a TLS-terminating proxy
+            // may offer no ALPN).
+            .assume_http2(true);
+        if let Some(ca) = &self.ca {
+            c = c.ca_certificate(Certificate::from_pem(ca));
+        }
+        if let Some((cert, key)) = &self.identity {
+            c = c.identity(Identity::from_pem(cert, key));
+        }
+        c
+    }
+
+    /// A blocking HTTP client with these settings, made on a thread of its own (it must not
+    /// be made inside an async runtime).
+    fn http_client(&self, timeout: Duration) -> Result<reqwest::blocking::Client> {
+        let tls = self.clone();
+        std::thread::spawn(move || -> Result<_> {
+            let mut b = reqwest::blocking::Client::builder().timeout(timeout);
+            if let Some(ca) = &tls.ca {
+                b = b.tls_certs_merge(reqwest::Certificate::from_pem_bundle(ca)?);
+            }
+            if let Some((cert, key)) = &tls.identity {
+                let mut both = cert.clone();
+                both.extend_from_slice(b"\n");
+                both.extend_from_slice(key);
+                b = b.identity(reqwest::Identity::from_pem(&both)?);
+            }
+            Ok(b.build()?)
+        })
+        .join()
+        .map_err(|_| anyhow!("the HTTP client set-up panicked"))?
+        .context("cannot set up the HTTP client")
+    }
+}
+
+/// The OTLP exporter reports any failed HTTP request as "network error": this client keeps
+/// the cause (connection refused, a certificate rejected, a timeout) for the warning.
+#[derive(Debug)]
+struct HttpWithCause {
+    inner: reqwest::blocking::Client,
+    cause: Cause,
+}
+
+/// Why the last request failed, if it did.
+type Cause = Arc<Mutex<Option<String>>>;
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for HttpWithCause {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let r = self.inner.send_bytes(request).await;
+        *lock(&self.cause) = r.as_ref().err().map(|e| error_chain(e.as_ref()));
+        r
+    }
+}
+
+/// An error and its sources, each once: "a: b: c".
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !out.contains(&t) {
+            out = format!("{out}: {t}");
+        }
+        src = s.source();
+    }
+    out
 }
 
 fn var(names: &[&str]) -> Option<(String, String)> {
@@ -256,6 +427,13 @@ impl OtlpConfig {
             Some((_, v)) if v.eq_ignore_ascii_case("delta") => true,
             Some((n, v)) => bail!("{n}={v:?}: unknown temporality; use cumulative or delta"),
         };
+        let tls = TlsFiles::resolve(f)?;
+        if tls.is_set() && !endpoint.starts_with("https://") {
+            eprintln!(
+                "profiler: note: the OTLP certificate settings are not used: the endpoint \
+                 {endpoint} is not https://"
+            );
+        }
         Ok(Some(Self {
             protocol,
             endpoint,
@@ -263,10 +441,12 @@ impl OtlpConfig {
             timeout,
             interval,
             delta,
+            tls,
         }))
     }
 
-    fn build_exporter(&self) -> Result<MetricExporter> {
+    /// The exporter, and for HTTP the slot where its client keeps the cause of a failure.
+    fn build_exporter(&self) -> Result<(MetricExporter, Option<Cause>)> {
         // Counters and gauges are observed, so "LowMemory" keeps them cumulative; it makes
         // the one synchronous instrument, the latency histogram, a delta.
         let temporality = if self.delta {
@@ -274,6 +454,7 @@ impl OtlpConfig {
         } else {
             Temporality::LowMemory
         };
+        let mut cause = None;
         let e = match self.protocol {
             Protocol::Grpc => {
                 let mut hm = http::HeaderMap::new();
@@ -292,23 +473,30 @@ impl OtlpConfig {
                     .with_timeout(self.timeout)
                     .with_metadata(md);
                 if self.endpoint.starts_with("https://") {
-                    b = b.with_tls_config(
-                        opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
-                            .with_webpki_roots(),
-                    );
+                    b = b.with_tls_config(self.tls.tonic());
                 }
                 b.build()
             }
-            Protocol::HttpProtobuf => MetricExporter::builder()
-                .with_http()
-                .with_temporality(temporality)
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(&self.endpoint)
-                .with_timeout(self.timeout)
-                .with_headers(self.headers.iter().cloned().collect::<HashMap<_, _>>())
-                .build(),
+            Protocol::HttpProtobuf => {
+                let b = MetricExporter::builder()
+                    .with_http()
+                    .with_temporality(temporality)
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                    .with_endpoint(&self.endpoint)
+                    .with_timeout(self.timeout)
+                    .with_headers(self.headers.iter().cloned().collect::<HashMap<_, _>>());
+                let slot = Arc::new(Mutex::new(None));
+                cause = Some(slot.clone());
+                b.with_http_client(HttpWithCause {
+                    inner: self.tls.http_client(self.timeout)?,
+                    cause: slot,
+                })
+                .build()
+            }
         };
-        e.map_err(|e| anyhow!("cannot set up the OTLP exporter for {}: {e}", self.endpoint))
+        let e =
+            e.map_err(|e| anyhow!("cannot set up the OTLP exporter for {}: {e}", self.endpoint))?;
+        Ok((e, cause))
     }
 }
 
@@ -357,6 +545,8 @@ fn resource() -> Resource {
 /// Delegates to the OTLP exporter and tells the shared view how each attempt went.
 struct Acking {
     inner: MetricExporter,
+    /// Why the HTTP client's last request failed (the exporter's own error does not say).
+    http_cause: Option<Cause>,
     shared: Arc<Mutex<Shared>>,
     failing: AtomicBool,
     endpoint: String,
@@ -370,11 +560,19 @@ impl PushMetricExporter for Acking {
             Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
                 eprintln!("profiler: OTLP export to {} works again", self.endpoint)
             }
-            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => eprintln!(
-                "profiler: warning: OTLP export to {} failed ({e}); measuring goes on, and ended \
-                 execs' final records are kept and sent again at each interval",
-                self.endpoint
-            ),
+            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => {
+                let cause = self
+                    .http_cause
+                    .as_ref()
+                    .and_then(|c| lock(c).clone())
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default();
+                eprintln!(
+                    "profiler: warning: OTLP export to {} failed ({e}{cause}); measuring goes \
+                     on, and ended execs' final records are kept and sent again at each interval",
+                    self.endpoint
+                )
+            }
             _ => {}
         }
         r
@@ -420,8 +618,10 @@ impl Otlp {
             .build()
             .context("cannot start the OTLP runtime")?;
         let guard = runtime.enter();
+        let (inner, http_cause) = config.build_exporter()?;
         let exporter = Acking {
-            inner: config.build_exporter()?,
+            inner,
+            http_cause,
             shared: shared.clone(),
             failing: AtomicBool::new(false),
             endpoint: config.endpoint.clone(),
