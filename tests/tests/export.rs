@@ -258,6 +258,8 @@ fn short_execs_all_arrive_and_memory_stays_flat() {
 #[test]
 fn execs_ended_during_an_outage_arrive_afterwards() {
     let cg = TestCgroup::new("otlp-outage");
+    let scratch = scratch_dir("otlp-outage");
+    let of = format!("of={}", scratch.join("f").display());
     let mut rotel = Rotel::start();
     let p = Attached::start(
         &cg,
@@ -277,20 +279,53 @@ fn execs_ended_during_an_outage_arrive_afterwards() {
     while start.elapsed() < Duration::from_secs(20) {
         let e = cg.child(&format!("o{i}"));
         ids.push(cgroup_id(&e));
+        run_born_in(
+            &e,
+            &[
+                "dd",
+                "if=/dev/zero",
+                &of,
+                "bs=64k",
+                "count=4",
+                "oflag=direct",
+                "status=none",
+            ],
+        );
         run_born_in(&e, &[&busy(), "5000"]);
         rmdir(&e);
         i += 1;
         thread::sleep(Duration::from_secs(1));
     }
     rotel.restart();
-    let want: Vec<(u64, f64)> = ids
+    let recs: Vec<(u64, serde_json::Value)> = ids
         .iter()
-        .map(|id| {
-            let rec = p.wait_ended(*id, secs(30));
-            (*id, u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9)
-        })
+        .map(|id| (*id, p.wait_ended(*id, secs(30))))
+        .collect();
+    let want: Vec<(u64, f64)> = recs
+        .iter()
+        .map(|(id, rec)| (*id, u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9))
         .collect();
     wait_all(&rotel, "container.cpu.time", &want);
+    // The latency histogram is a delta, collected once: after each failed export it is
+    // recorded again, so that exactly one delivered collection carries it.
+    let points = rotel.points();
+    for (id, rec) in &recs {
+        let idv = id.to_string();
+        let delivered: u64 = points
+            .iter()
+            .filter(|p| {
+                p.metric == "profiler.exec.disk.latency"
+                    && p.attr("profiler.exec.cgroup_id") == Some(idv.as_str())
+                    && p.attr("disk.io.direction") == Some("write")
+            })
+            .map(|p| p.count.unwrap_or(0))
+            .sum();
+        assert_eq!(
+            delivered,
+            u(&rec["disk"]["write_requests"]),
+            "exec {id}: histogram counts delivered vs its requests"
+        );
+    }
     let (code, _, stderr) = p.stop();
     assert_eq!(code, 0, "{stderr:?}");
     let warnings = stderr
@@ -303,9 +338,11 @@ fn execs_ended_during_an_outage_arrive_afterwards() {
         "{stderr:?}"
     );
     eprintln!(
-        "MEASURED otlp outage: {} execs ended during 20 s without a collector, all delivered",
+        "MEASURED otlp outage: {} execs ended during 20 s without a collector, all delivered, \
+         each latency histogram exactly once",
         ids.len()
     );
+    let _ = fs::remove_dir_all(&scratch);
 }
 
 /// On SIGTERM the profiler makes a last export: an exec that ended long before the next

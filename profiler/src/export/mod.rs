@@ -27,12 +27,21 @@ const MAX_PENDING_FINALS: usize = 50_000;
 const PROMETHEUS_RETENTION: Duration = Duration::from_secs(300);
 const PROMETHEUS_MAX_ENDED: usize = 10_000;
 
+/// An ended exec waiting for delivery.
+struct Final {
+    series: Arc<ExecSeries>,
+    /// The export attempt whose collection first showed its figures.
+    first: Option<u64>,
+    /// The export attempt whose collection carries its latency histogram: a delta, gone from
+    /// the SDK once collected, so recorded again after an attempt that failed.
+    histogram: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct Shared {
     live: HashMap<u64, Arc<ExecSeries>>,
-    /// Ended execs waiting for an OTLP export that succeeds after they were first collected,
-    /// with the export attempt that first carried them.
-    finals: VecDeque<(Arc<ExecSeries>, Option<u64>)>,
+    /// Ended execs waiting for an OTLP export that succeeds after they were first collected.
+    finals: VecDeque<Final>,
     /// Ended since the last export attempt: they join `finals` between two collections, so
     /// that a collection shows an exec whole or not at all.
     incoming: Vec<Arc<ExecSeries>>,
@@ -50,27 +59,41 @@ impl Shared {
     pub(crate) fn for_otlp(&mut self) -> Vec<Arc<ExecSeries>> {
         let attempt = self.attempt;
         let mut out: Vec<Arc<ExecSeries>> = self.live.values().cloned().collect();
-        for (s, first) in self.finals.iter_mut() {
-            first.get_or_insert(attempt);
-            out.push(s.clone());
+        for f in self.finals.iter_mut() {
+            f.first.get_or_insert(attempt);
+            out.push(f.series.clone());
         }
         out
     }
 
     /// An OTLP export attempt ended: on success, forget the finals it carried. Then take in
-    /// the execs that ended meanwhile.
-    pub(crate) fn exported(&mut self, ok: bool) {
+    /// the execs that ended meanwhile. Returns the execs whose latency histograms are to be
+    /// recorded now, for the next collection: those just taken in, and after a failure those
+    /// whose histograms the failed attempt carried.
+    #[must_use]
+    pub(crate) fn exported(&mut self, ok: bool) -> Vec<Arc<ExecSeries>> {
         let attempt = self.attempt;
         self.attempt += 1;
+        let mut record = Vec::new();
         if ok {
             self.finals
-                .retain(|(_, first)| !matches!(first, Some(a) if *a <= attempt));
+                .retain(|f| !matches!(f.first, Some(a) if a <= attempt));
+        } else {
+            for f in self.finals.iter_mut().filter(|f| f.histogram == attempt) {
+                f.histogram = self.attempt;
+                record.push(f.series.clone());
+            }
         }
-        self.admit_incoming();
+        record.extend(self.admit_incoming());
+        record
     }
 
-    pub(crate) fn admit_incoming(&mut self) {
-        for s in std::mem::take(&mut self.incoming) {
+    /// Take in the execs that ended since the last attempt; returns them (their histograms
+    /// are to be recorded now).
+    #[must_use]
+    pub(crate) fn admit_incoming(&mut self) -> Vec<Arc<ExecSeries>> {
+        let incoming = std::mem::take(&mut self.incoming);
+        for s in &incoming {
             if self.finals.len() >= MAX_PENDING_FINALS {
                 self.finals.pop_front();
                 self.finals_dropped += 1;
@@ -81,8 +104,13 @@ impl Shared {
                     );
                 }
             }
-            self.finals.push_back((s, None));
+            self.finals.push_back(Final {
+                series: s.clone(),
+                first: None,
+                histogram: self.attempt,
+            });
         }
+        incoming
     }
 
     pub(crate) fn for_prometheus(&mut self) -> Vec<Arc<ExecSeries>> {
@@ -178,11 +206,6 @@ impl Exporters {
             return;
         }
         let series: Vec<Arc<ExecSeries>> = reports.iter().map(|r| self.series(r)).collect();
-        if let Some(o) = &self.otlp {
-            for s in &series {
-                o.record_histograms(s);
-            }
-        }
         let mut sh = lock(&self.shared);
         let now = Instant::now();
         for s in series {
@@ -229,17 +252,19 @@ mod tests {
             otlp: true,
             ..Default::default()
         };
+        let ids = |v: Vec<Arc<ExecSeries>>| v.iter().map(|x| x.cgroup_id).collect::<Vec<_>>();
         s.incoming.push(series(1));
         assert_eq!(s.for_otlp().len(), 0); // not before an attempt has ended
-        s.exported(true);
+        assert_eq!(ids(s.exported(true)), vec![1]); // admitted: its histogram recorded
         assert_eq!(s.for_otlp().len(), 1); // attempt 1 carries exec 1
         s.incoming.push(series(2)); // ended during that collection
-        s.exported(false); // attempt 1 failed: both stay
+        // Attempt 1 failed: both stay; exec 1's histogram is recorded again, exec 2's first.
+        assert_eq!(ids(s.exported(false)), vec![1, 2]);
         assert_eq!(s.finals.len(), 2);
         assert_eq!(s.for_otlp().len(), 2); // attempt 2 carries both
         s.incoming.push(series(3));
-        s.exported(true);
-        let left: Vec<u64> = s.finals.iter().map(|(x, _)| x.cgroup_id).collect();
+        assert_eq!(ids(s.exported(true)), vec![3]);
+        let left: Vec<u64> = s.finals.iter().map(|f| f.series.cgroup_id).collect();
         assert_eq!(left, vec![3]);
     }
 }

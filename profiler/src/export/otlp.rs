@@ -7,7 +7,7 @@ use std::{
     env, fs,
     path::PathBuf,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -545,6 +545,8 @@ fn resource() -> Resource {
 /// Delegates to the OTLP exporter and tells the shared view how each attempt went.
 struct Acking {
     inner: MetricExporter,
+    /// Set once the meter exists (after the exporter).
+    latency: Arc<OnceLock<LatencyHistogram>>,
     /// Why the HTTP client's last request failed (the exporter's own error does not say).
     http_cause: Option<Cause>,
     shared: Arc<Mutex<Shared>>,
@@ -555,7 +557,10 @@ struct Acking {
 impl PushMetricExporter for Acking {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
         let r = self.inner.export(metrics).await;
-        lock(&self.shared).exported(r.is_ok());
+        let record = lock(&self.shared).exported(r.is_ok());
+        if let Some(h) = self.latency.get() {
+            record.iter().for_each(|s| h.record(s));
+        }
         match &r {
             Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
                 eprintln!("profiler: OTLP export to {} works again", self.endpoint)
@@ -597,8 +602,33 @@ pub(crate) struct Otlp {
     provider: SdkMeterProvider,
     /// Runs the gRPC client's connection tasks, apart from the profiler's own loop.
     runtime: Option<tokio::runtime::Runtime>,
-    latency: Histogram<f64>,
+    latency: LatencyHistogram,
+}
+
+/// The disk latency histogram instrument, a delta: each ended exec's is recorded for the
+/// collection that first shows the exec, and again after an export of it failed.
+#[derive(Clone)]
+struct LatencyHistogram {
+    histogram: Histogram<f64>,
     bounds: Vec<f64>,
+}
+
+impl LatencyHistogram {
+    fn record(&self, s: &ExecSeries) {
+        for h in &s.hists {
+            let mut kv: Vec<KeyValue> = s
+                .attrs
+                .iter()
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+                .collect();
+            kv.extend(h.attrs.iter().map(|(k, v)| KeyValue::new(*k, v.clone())));
+            for (v, n) in histogram_values(&self.bounds, &h.counts, h.sum_s) {
+                for _ in 0..n {
+                    self.histogram.record(v, &kv);
+                }
+            }
+        }
+    }
 }
 
 impl Otlp {
@@ -619,8 +649,10 @@ impl Otlp {
             .context("cannot start the OTLP runtime")?;
         let guard = runtime.enter();
         let (inner, http_cause) = config.build_exporter()?;
+        let latency_slot = Arc::new(OnceLock::new());
         let exporter = Acking {
             inner,
+            latency: latency_slot.clone(),
             http_cause,
             shared: shared.clone(),
             failing: AtomicBool::new(false),
@@ -699,12 +731,16 @@ impl Otlp {
             .build();
         let d = &DEFS[M::DiskLatency as usize];
         let bounds = latency_bounds_s();
-        let latency = meter
-            .f64_histogram(d.name)
-            .with_unit(d.unit)
-            .with_description(d.description)
-            .with_boundaries(bounds.clone())
-            .build();
+        let latency = LatencyHistogram {
+            histogram: meter
+                .f64_histogram(d.name)
+                .with_unit(d.unit)
+                .with_description(d.description)
+                .with_boundaries(bounds.clone())
+                .build(),
+            bounds,
+        };
+        let _ = latency_slot.set(latency.clone());
         drop(guard);
         Ok(Self {
             config,
@@ -712,7 +748,6 @@ impl Otlp {
             provider,
             runtime: Some(runtime),
             latency,
-            bounds,
         })
     }
 
@@ -728,26 +763,10 @@ impl Otlp {
         )
     }
 
-    /// An ended exec's latency histograms, recorded once (a delta: the SDK then forgets them).
-    pub(crate) fn record_histograms(&self, s: &ExecSeries) {
-        for h in &s.hists {
-            let mut kv: Vec<KeyValue> = s
-                .attrs
-                .iter()
-                .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-                .collect();
-            kv.extend(h.attrs.iter().map(|(k, v)| KeyValue::new(*k, v.clone())));
-            for (v, n) in histogram_values(&self.bounds, &h.counts, h.sum_s) {
-                for _ in 0..n {
-                    self.latency.record(v, &kv);
-                }
-            }
-        }
-    }
-
     /// A last collection and export, bounded by the export timeout.
     pub(crate) fn shutdown(mut self) {
-        lock(&self.shared).admit_incoming();
+        let record = lock(&self.shared).admit_incoming();
+        record.iter().for_each(|s| self.latency.record(s));
         let provider = self.provider.clone();
         let timeout = self.config.timeout + Duration::from_secs(1);
         let runtime = self.runtime.take();
