@@ -25,6 +25,8 @@ pub struct KernelOffsets {
     pub task_pcount: u32,
     pub task_nvcsw: u32,
     pub task_nivcsw: u32,
+    pub task_utime: u32,
+    pub task_stime: u32,
     pub task_delays: u32,
     /// Byte holding the `in_iowait` bitfield, and the bit's mask within it.
     pub task_in_iowait_byte: u32,
@@ -79,6 +81,8 @@ impl KernelOffsets {
         task_pcount: ABSENT,
         task_nvcsw: ABSENT,
         task_nivcsw: ABSENT,
+        task_utime: ABSENT,
+        task_stime: ABSENT,
         task_delays: ABSENT,
         task_in_iowait_byte: ABSENT,
         task_in_iowait_mask: 0,
@@ -258,7 +262,7 @@ pub struct CgroupEntry {
 }
 
 /// Number of u64 counters in [`TaskCounters`].
-pub const TASK_COUNTERS: usize = 17;
+pub const TASK_COUNTERS: usize = 19;
 
 /// The kernel's own per-task counters, read from task_struct. Cumulative since the task started.
 #[repr(C)]
@@ -290,6 +294,10 @@ pub struct TaskCounters {
     pub dirtied_bytes: u64,
     /// ioac.cancelled_write_bytes: dirtied bytes later truncated before writeback.
     pub cancelled_write_bytes: u64,
+    /// utime, stime: user and system time sampled at ticks; only their ratio is used, to
+    /// split the exact on-CPU time (as the kernel does for /proc and cpu.stat).
+    pub utime_ns: u64,
+    pub stime_ns: u64,
 }
 
 impl TaskCounters {

@@ -233,6 +233,8 @@ fn read_counters(task: *const u8, c: &mut TaskCounters) -> bool {
     c.runq_count = rd(task, off!(task_pcount));
     c.nvcsw = rd(task, off!(task_nvcsw));
     c.nivcsw = rd(task, off!(task_nivcsw));
+    c.utime_ns = rd(task, off!(task_utime));
+    c.stime_ns = rd(task, off!(task_stime));
     c.rchar = rd(task, off!(task_ioac_rchar));
     c.wchar = rd(task, off!(task_ioac_wchar));
     c.syscr = rd(task, off!(task_ioac_syscr));

@@ -301,6 +301,8 @@ impl KernelBtf {
             )?;
             want(&mut o.task_nvcsw, "task_struct", "nvcsw", 8, true)?;
             want(&mut o.task_nivcsw, "task_struct", "nivcsw", 8, true)?;
+            want(&mut o.task_utime, "task_struct", "utime", 8, true)?;
+            want(&mut o.task_stime, "task_struct", "stime", 8, true)?;
             want(&mut o.task_delays, "task_struct", "delays", 8, false)?;
             want(
                 &mut o.task_ioac_rchar,

@@ -41,6 +41,9 @@ pub struct ExecReport {
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct CpuReport {
     pub on_cpu_ns: u64,
+    /// on_cpu_ns split into user and system time by the tasks' tick-sampled utime:stime ratio.
+    pub user_ns: u64,
+    pub system_ns: u64,
     pub runq_delay_ns: u64,
     pub runq_waits: u64,
     pub iowait_ns: u64,
@@ -54,8 +57,11 @@ pub struct CpuReport {
 
 impl From<&TaskCounters> for CpuReport {
     fn from(c: &TaskCounters) -> Self {
+        let (user_ns, system_ns) = split_user_system(c.oncpu_ns, c.utime_ns, c.stime_ns);
         Self {
             on_cpu_ns: c.oncpu_ns,
+            user_ns,
+            system_ns,
             runq_delay_ns: c.runq_ns,
             runq_waits: c.runq_count,
             iowait_ns: c.iowait_ns,
@@ -67,6 +73,19 @@ impl From<&TaskCounters> for CpuReport {
             involuntary_switches: c.nivcsw,
         }
     }
+}
+
+/// Split exact on-CPU time by the ratio of tick-sampled user and system time, as the
+/// kernel's cputime_adjust() does: all of it to one side when the other has no tick.
+fn split_user_system(on_cpu: u64, utime: u64, stime: u64) -> (u64, u64) {
+    if stime == 0 {
+        return (on_cpu, 0);
+    }
+    if utime == 0 {
+        return (0, on_cpu);
+    }
+    let system = (stime as u128 * on_cpu as u128 / (utime as u128 + stime as u128)) as u64;
+    (on_cpu - system, system)
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -337,8 +356,10 @@ impl ExecReport {
         );
         let _ = writeln!(
             s,
-            "  cpu        on-cpu {}  run-queue {} ({} waits)  io-wait {} ({} waits)  memory stall {}",
+            "  cpu        on-cpu {} (user {}, system {})  run-queue {} ({} waits)  io-wait {} ({} waits)  memory stall {}",
             dur(c.on_cpu_ns),
+            dur(c.user_ns),
+            dur(c.system_ns),
             dur(c.runq_delay_ns),
             c.runq_waits,
             dur(c.iowait_ns),
@@ -589,6 +610,17 @@ mod tests {
         assert_eq!(dur(2_000_000_000), "2.000s");
         assert_eq!(bytes(512), "512B");
         assert_eq!(bytes(10 * 1024 * 1024), "10.0MiB");
+    }
+
+    #[test]
+    fn user_system_split_follows_the_tick_ratio() {
+        assert_eq!(split_user_system(1000, 3, 1), (750, 250));
+        assert_eq!(split_user_system(1000, 0, 0), (1000, 0)); // no tick: user, as the kernel
+        assert_eq!(split_user_system(1000, 0, 5), (0, 1000));
+        assert_eq!(
+            split_user_system(u64::MAX, u64::MAX, u64::MAX).0,
+            u64::MAX - u64::MAX / 2
+        );
     }
 
     #[test]

@@ -213,10 +213,15 @@ pub fn run_in(dir: &Path, argv: &[&str]) {
 
 /// cpu.stat usage_usec of a cgroup.
 pub fn cpu_usage_usec(dir: &Path) -> u64 {
+    cpu_stat_usec(dir, "usage_usec")
+}
+
+/// A field of a cgroup's cpu.stat (usage_usec, user_usec, system_usec).
+pub fn cpu_stat_usec(dir: &Path, field: &str) -> u64 {
     let s = fs::read_to_string(dir.join("cpu.stat")).unwrap();
     s.lines()
-        .find_map(|l| l.strip_prefix("usage_usec "))
-        .unwrap()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {field} in {}/cpu.stat", dir.display()))
         .trim()
         .parse()
         .unwrap()

@@ -161,23 +161,67 @@ fn buffered_write_with_fsync_is_charged_to_the_exec() {
     let _ = fs::remove_dir_all(&scratch);
 }
 
-/// Test 3: on-CPU time of a ~1 s CPU-bound exec within 2% of the cgroup's cpu.stat.
+/// Test 3: on-CPU time of a ~1 s CPU-bound exec within 2% of the cgroup's cpu.stat; its split
+/// into user and system time, and that of an exec spending its time in the kernel, within 2%
+/// of the on-CPU time of cpu.stat's user_usec and system_usec (both split the exact run time by
+/// the same ticks). Each exec sits alone in a parent cgroup that stays when it ends: the
+/// parent's cpu.stat, read once the profiler has reported the end, includes the last slice the
+/// reaped task ran on its way out.
 #[test]
 fn cpu_time_matches_cpu_stat() {
     let cg = TestCgroup::new("cpu");
-    let p = Attached::start(&cg, &[]);
-    let e = cg.child("job");
-    run_in(&e, &[&busy(), "1000000"]);
-    let truth = cpu_usage_usec(&e) * 1000;
-    let id = cgroup_id(&e);
-    rmdir(&e);
-    let rec = p.wait_ended(id, secs(30));
-    let oncpu = u(&rec["cpu"]["on_cpu_ns"]);
-    let err = report("on-CPU ns vs cpu.stat", oncpu as f64, truth as f64);
-    assert!(err <= 0.02, "on-CPU {oncpu} ns vs cpu.stat {truth} ns");
+    let p = Attached::start(&cg, &["--exec-depth", "2"]);
+    let run = |parent: &str, argv: &[&str]| {
+        let e = cg.child(&format!("{parent}/job"));
+        run_born_in(&e, argv);
+        let id = cgroup_id(&e);
+        rmdir(&e);
+        let rec = p.wait_ended(id, secs(30));
+        let truth = |field: &str| cpu_stat_usec(&cg.path.join(parent), field) * 1000;
+        let (oncpu, user, system) = (
+            u(&rec["cpu"]["on_cpu_ns"]),
+            u(&rec["cpu"]["user_ns"]),
+            u(&rec["cpu"]["system_ns"]),
+        );
+        assert_eq!(user + system, oncpu, "{rec}");
+        let err = report(
+            "on-CPU ns vs cpu.stat",
+            oncpu as f64,
+            truth("usage_usec") as f64,
+        );
+        assert!(err <= 0.02, "{rec}");
+        for (what, got, want) in [
+            ("user", user, truth("user_usec")),
+            ("system", system, truth("system_usec")),
+        ] {
+            let off = got.abs_diff(want) as f64 / oncpu as f64;
+            eprintln!(
+                "MEASURED {what} time of {parent}: profiler {got} ns, cpu.stat {want} ns, \
+                 {:.4}% of on-CPU apart",
+                off * 100.0
+            );
+            assert!(off <= 0.02, "{what}: {rec}");
+        }
+        (oncpu, user, system)
+    };
+    let (oncpu, user, _) = run("user-bound", &[&busy(), "1000000"]);
     assert!(
-        truth > 900_000_000,
-        "the workload ran about a second ({truth} ns)"
+        oncpu > 900_000_000 && user > oncpu / 2,
+        "the workload ran about a second, in user mode ({oncpu} ns, user {user})"
+    );
+    // Reading /dev/zero is clearing user pages: system time.
+    let dd = [
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=1M",
+        "count=4000",
+        "status=none",
+    ];
+    let (oncpu, _, system) = run("kernel-bound", &dd);
+    assert!(
+        system > oncpu / 2,
+        "in the kernel: {oncpu} ns, system {system}"
     );
     p.stop();
 }
@@ -208,6 +252,7 @@ fn churn_of_short_execs_loses_nothing() {
     let cg = TestCgroup::new("churn");
     let p = Attached::start(&cg, &["--max-execs", "2048"]);
     let n = 1000;
+    let parent_before = cpu_usage_usec(&cg.path) * 1000;
     let mut expected: HashMap<u64, (String, u32, u64)> = HashMap::new();
     for i in 0..n {
         let name = format!("e{i}");
@@ -234,6 +279,7 @@ fn churn_of_short_execs_loses_nothing() {
     );
     let mut seen = HashSet::new();
     let mut worst: f64 = 0.0;
+    let mut total = 0u64;
     for r in &ended {
         let id = u(&r["cgroup_id"]);
         let (name, pid, usage_ns) = expected
@@ -243,6 +289,7 @@ fn churn_of_short_execs_loses_nothing() {
         assert_eq!(r["exec"], name.as_str());
         let oncpu = u(&r["cpu"]["on_cpu_ns"]);
         assert!(oncpu > 0, "exec {name} has no CPU time: {r}");
+        total += oncpu;
         assert_eq!(
             u(&r["tasks"]["task_exits"]),
             1,
@@ -256,16 +303,31 @@ fn churn_of_short_execs_loses_nothing() {
             "exec {name} holds its own process"
         );
         assert_eq!(procs[0]["comm"], "busy");
-        // Its CPU time is its own cgroup's, not a neighbour's.
-        let diff = (oncpu as f64 - *usage_ns as f64).abs();
-        worst = worst.max(diff / *usage_ns as f64);
+        // Its CPU time is at least what its own cgroup had when the test reaped it (the
+        // reaped task still runs to its last context switch, which charges its last slice: a
+        // host that deschedules the vCPU there stretches that slice, seen at 20 ms under TCG).
+        // Together with the total below, no exec holds a neighbour's time.
         assert!(
-            diff <= 0.05 * *usage_ns as f64 + 50_000.0,
-            "exec {name}: {oncpu} ns vs cpu.stat {usage_ns} ns"
+            oncpu + 1000 >= *usage_ns,
+            "exec {name}: {oncpu} ns vs cpu.stat {usage_ns} ns at reaping"
         );
+        worst = worst.max((oncpu - usage_ns.min(&oncpu)) as f64 / *usage_ns as f64);
     }
+    // Every task's last slice has been charged now (the profiler saw each last switch): the
+    // execs' on-CPU times add up to their parent's usage.
+    let parent = cpu_usage_usec(&cg.path) * 1000 - parent_before;
+    let err = report(
+        "churn: sum of on-CPU vs parent cpu.stat",
+        total as f64,
+        parent as f64,
+    );
+    assert!(
+        err <= 0.001 || total.abs_diff(parent) <= 1_000_000,
+        "sum {total} ns vs parent {parent} ns"
+    );
     eprintln!(
-        "MEASURED churn: {} of {n} execs reported, worst CPU error vs cpu.stat {:.3}%",
+        "MEASURED churn: {} of {n} execs reported; each at least its cpu.stat at reaping, the \
+         largest excess (its last slice) {:.3}%",
         seen.len(),
         worst * 100.0
     );
@@ -546,11 +608,13 @@ fn exec_depth_rolls_descendants_up() {
     fs::create_dir(&step).unwrap();
     run_in(&step, &[&busy(), "200000"]);
     run_in(&job, &[&busy(), "100000"]);
-    let truth = cpu_usage_usec(&job) * 1000;
     rmdir(&step);
     let id = cgroup_id(&job);
     rmdir(&job);
     let rec = p.wait_ended(id, secs(30));
+    // The job was alone in ci: ci's usage, once the profiler has seen the job's last task
+    // switch out for the last time, is the job's whole usage.
+    let truth = cpu_usage_usec(&cg.path.join("ci")) * 1000;
     assert_eq!(rec["exec"], "ci/job");
     let oncpu = u(&rec["cpu"]["on_cpu_ns"]);
     report(

@@ -19,16 +19,21 @@ fn wait_point(rotel: &Rotel, metric: &str, id: u64, with: &[(&str, &str)], want:
     found.last().unwrap().clone()
 }
 
-/// Wait until every exec of `want` (cgroup id, value) has a point of `metric` with that value.
+/// Wait until every exec of `want` (cgroup id, value) has points of `metric` with that value:
+/// the sum of the newest point of each of its series (e.g. cpu.mode user + system).
 fn wait_all(rotel: &Rotel, metric: &str, want: &[(u64, f64)]) {
     let deadline = std::time::Instant::now() + secs(90);
     loop {
         let pts = rotel.points();
-        let mut got: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+        let mut newest = std::collections::HashMap::new();
         for p in pts.iter().filter(|p| p.metric == metric) {
             if let Some(id) = p.attr("profiler.exec.cgroup_id") {
-                got.insert(id, p.value);
+                newest.insert((id, format!("{:?}", p.attributes)), p.value);
             }
+        }
+        let mut got: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+        for ((id, _), v) in newest {
+            *got.entry(id).or_default() += v;
         }
         let missing: Vec<&(u64, f64)> = want
             .iter()
@@ -146,9 +151,20 @@ fn otlp_delivers_exec_metrics_over_grpc_and_http() {
         assert!(
             io.resource.contains_key("host.name") && io.resource.contains_key("service.version")
         );
-        let cpu_s = u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9;
-        let cpu = wait_point(&rotel, "container.cpu.time", id, &[], cpu_s);
-        assert_eq!(cpu.unit, "s");
+        // On-CPU time by cpu.mode: user and system add up to the exact total.
+        let (user, system) = (u(&rec["cpu"]["user_ns"]), u(&rec["cpu"]["system_ns"]));
+        assert_eq!(user + system, u(&rec["cpu"]["on_cpu_ns"]), "{rec}");
+        let cpu_s = (user + system) as f64 / 1e9;
+        for (mode, ns) in [("user", user), ("system", system)] {
+            let cpu = wait_point(
+                &rotel,
+                "container.cpu.time",
+                id,
+                &[("cpu.mode", mode)],
+                ns as f64 / 1e9,
+            );
+            assert_eq!(cpu.unit, "s");
+        }
         let reqs = u(&rec["disk"]["write_requests"]);
         let ops = wait_point(
             &rotel,

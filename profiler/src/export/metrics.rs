@@ -45,7 +45,8 @@ macro_rules! defs {
 
 defs! {
     CpuTime = "container.cpu.time", Counter, "s", false,
-        "Time the exec's tasks ran on a CPU (eBPF, the tasks' sum_exec_runtime)";
+        "Time the exec's tasks ran on a CPU, by cpu.mode user/system (eBPF: the tasks' \
+         sum_exec_runtime, split by their utime:stime ratio)";
     DiskIo = "container.disk.io", Counter, "By", true,
         "Block-layer bytes of the exec's requests, by disk.io.direction (eBPF)";
     NetworkIo = "container.network.io", Counter, "By", true,
@@ -217,7 +218,16 @@ impl ExecSeries {
             })
         };
         let c = &r.cpu;
-        put(M::CpuTime, vec![], secs(c.on_cpu_ns));
+        put(
+            M::CpuTime,
+            vec![("cpu.mode", "user".into())],
+            secs(c.user_ns),
+        );
+        put(
+            M::CpuTime,
+            vec![("cpu.mode", "system".into())],
+            secs(c.system_ns),
+        );
         put(M::RunQueueDelay, vec![], secs(c.runq_delay_ns));
         put(M::IoWait, vec![], secs(c.iowait_ns));
         put(
