@@ -215,7 +215,7 @@ fn cpu_time_matches_cpu_stat() {
         "if=/dev/zero",
         "of=/dev/null",
         "bs=1M",
-        "count=4000",
+        "count=2000",
         "status=none",
     ];
     let (oncpu, _, system) = run("kernel-bound", &dd);
