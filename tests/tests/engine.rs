@@ -376,6 +376,18 @@ fn per_process_breakdown_lists_short_commands() {
 #[test]
 fn run_reports_and_keeps_the_exit_code() {
     require_root();
+    // `profiler run` makes its cgroups under <v2>/profiler, created when missing: removed
+    // afterwards (also on failure) when this test created it.
+    struct RemoveIfNew(std::path::PathBuf, bool);
+    impl Drop for RemoveIfNew {
+        fn drop(&mut self) {
+            if !self.1 {
+                let _ = fs::remove_dir(&self.0);
+            }
+        }
+    }
+    let run_parent = v2_mount().join("profiler");
+    let _cleanup = RemoveIfNew(run_parent.clone(), run_parent.exists());
     let out = Command::new(profiler_bin())
         .args(["run", "--", "sh", "-c", "exit 3"])
         .output()
@@ -413,8 +425,6 @@ fn run_reports_and_keeps_the_exit_code() {
         u(&rec["io"]["write_bytes"]) >= 100 * 1024,
         "dd wrote 100 KiB to /dev/null"
     );
-    let v2 = v2_mount();
-    let run_parent = v2.join("profiler");
     let leftovers: Vec<_> = fs::read_dir(&run_parent)
         .map(|d| d.flatten().filter(|e| e.path().is_dir()).collect())
         .unwrap_or_default();
