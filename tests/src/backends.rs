@@ -556,23 +556,20 @@ impl Pki {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let pki = Pki { dir };
-        // Arguments split at spaces (none has one).
-        let ssl = |args: &str| {
-            let out = Command::new("openssl")
-                .args(args.split_whitespace())
-                .current_dir(&pki.dir)
-                .stdin(Stdio::null())
-                .output()
-                .unwrap_or_else(|e| panic!("openssl: {e} (Debian package openssl)"));
-            assert!(
-                out.status.success(),
-                "openssl {args}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        // Arguments split at spaces: the paths must have none.
+        let ssl = |args: String| {
+            let argv: Vec<&str> = ["openssl"]
+                .into_iter()
+                .chain(args.split_whitespace())
+                .collect();
+            crate::sh(&argv);
         };
+        let f = |name: &str| pki.file(name);
         let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-        ssl(&format!(
-            "req -x509 {key} -days 2 -subj /CN=profiler-test-ca -keyout ca.key -out ca.pem"
+        ssl(format!(
+            "req -x509 {key} -days 2 -subj /CN=profiler-test-ca -keyout {} -out {}",
+            f("ca.key"),
+            f("ca.pem")
         ));
         for (who, ext) in [
             (
@@ -581,13 +578,21 @@ impl Pki {
             ),
             ("client", "extendedKeyUsage=clientAuth"),
         ] {
-            fs::write(pki.dir.join(format!("{who}.ext")), format!("{ext}\n")).unwrap();
-            ssl(&format!(
-                "req {key} -subj /CN=profiler-test-{who} -keyout {who}.key -out {who}.csr"
+            let (k, csr, pem, extf) = (
+                f(&format!("{who}.key")),
+                f(&format!("{who}.csr")),
+                f(&format!("{who}.pem")),
+                f(&format!("{who}.ext")),
+            );
+            fs::write(&extf, format!("{ext}\n")).unwrap();
+            ssl(format!(
+                "req {key} -subj /CN=profiler-test-{who} -keyout {k} -out {csr}"
             ));
-            ssl(&format!(
-                "x509 -req -in {who}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-                 -extfile {who}.ext -out {who}.pem"
+            ssl(format!(
+                "x509 -req -in {csr} -CA {} -CAkey {} -CAcreateserial -days 2 -extfile {extf} \
+                 -out {pem}",
+                f("ca.pem"),
+                f("ca.key")
             ));
         }
         pki

@@ -205,6 +205,25 @@ pub fn run_born_in(dir: &Path, argv: &[&str]) -> u32 {
     child.pid as u32
 }
 
+/// `dd` of `count` blocks of `bs` zeros to `file` with O_DIRECT, born in the cgroup `dir`
+/// (see [`run_born_in`]); returns its pid.
+pub fn direct_write_in(dir: &Path, file: &Path, bs: &str, count: u32) -> u32 {
+    let of = format!("of={}", file.display());
+    let (bs, count) = (format!("bs={bs}"), format!("count={count}"));
+    run_born_in(
+        dir,
+        &[
+            "dd",
+            "if=/dev/zero",
+            &of,
+            &bs,
+            &count,
+            "oflag=direct",
+            "status=none",
+        ],
+    )
+}
+
 /// Run `argv` inside `dir` to completion; panics unless it succeeds.
 pub fn run_in(dir: &Path, argv: &[&str]) {
     let status = spawn_in(dir, argv).wait().unwrap();

@@ -133,7 +133,7 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
     let v2 = controllers_on_v2(&cg);
     // Sample slower than the execs live: the profiler never reads their files.
     let p = Attached::start(&cg, &["--sample-interval", "60m"]);
-    let out = format!("of={}", scratch.join("f").display());
+    let out = scratch.join("f");
     let n = 200;
     let mut truth = Vec::new();
     for i in 0..n {
@@ -144,18 +144,7 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
         // Born in the cgroup: a task moved in takes its baseline at the attach tracepoint,
         // which fires after the move, so a tick between the two charges the cgroup for time
         // the baseline already holds (up to 1.4 ms under emulation).
-        run_born_in(
-            &e,
-            &[
-                "dd",
-                "if=/dev/zero",
-                &out,
-                "bs=64k",
-                "count=2",
-                "oflag=direct",
-                "status=none",
-            ],
-        );
+        direct_write_in(&e, &out, "64k", 2);
         // The reaped task may still be on its way to its last context switch, which charges
         // its last run: let it get there before reading the exec's own files.
         thread::sleep(secs(1) / 100);

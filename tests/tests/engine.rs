@@ -23,21 +23,9 @@ fn direct_io_bytes_match_the_sizes_written_and_read() {
 
     let n = 64 * MIB;
     let w = cg.child("write");
-    let of = format!("of={}", file.display());
     let switches_before = children_voluntary_switches();
     // Born in the exec (clone3), so that its whole life is the exec's.
-    run_born_in(
-        &w,
-        &[
-            "dd",
-            "if=/dev/zero",
-            &of,
-            "bs=1M",
-            "count=64",
-            "oflag=direct",
-            "status=none",
-        ],
-    );
+    direct_write_in(&w, &file, "1M", 64);
     let dd_switches = children_voluntary_switches() - switches_before;
     let wid = cgroup_id(&w);
     rmdir(&w);

@@ -98,19 +98,8 @@ fn otlp_delivers_exec_metrics_over_grpc_and_http() {
         );
         let e = cg.child("build-1");
         let id = cgroup_id(&e);
-        let out = format!("of={}", scratch.join("f").display());
-        run_born_in(
-            &e,
-            &[
-                "dd",
-                "if=/dev/zero",
-                &out,
-                "bs=1M",
-                "count=8",
-                "oflag=direct",
-                "status=none",
-            ],
-        );
+        let out = scratch.join("f");
+        direct_write_in(&e, &out, "1M", 8);
         run_born_in(&e, &[&busy(), "200000"]);
         rmdir(&e);
         let rec = p.wait_ended(id, secs(30));
@@ -275,7 +264,7 @@ fn short_execs_all_arrive_and_memory_stays_flat() {
 fn execs_ended_during_an_outage_arrive_afterwards() {
     let cg = TestCgroup::new("otlp-outage");
     let scratch = scratch_dir("otlp-outage");
-    let of = format!("of={}", scratch.join("f").display());
+    let of = scratch.join("f");
     let mut rotel = Rotel::start();
     let p = Attached::start(
         &cg,
@@ -295,18 +284,7 @@ fn execs_ended_during_an_outage_arrive_afterwards() {
     while start.elapsed() < Duration::from_secs(20) {
         let e = cg.child(&format!("o{i}"));
         ids.push(cgroup_id(&e));
-        run_born_in(
-            &e,
-            &[
-                "dd",
-                "if=/dev/zero",
-                &of,
-                "bs=64k",
-                "count=4",
-                "oflag=direct",
-                "status=none",
-            ],
-        );
+        direct_write_in(&e, &of, "64k", 4);
         run_born_in(&e, &[&busy(), "5000"]);
         rmdir(&e);
         i += 1;
@@ -401,19 +379,8 @@ fn prometheus_scrapes_per_exec_values() {
     let prom = Prometheus::start(&addr, Duration::from_secs(1));
     let e = cg.child("job-a");
     let id = cgroup_id(&e);
-    let out = format!("of={}", scratch.join("f").display());
-    run_born_in(
-        &e,
-        &[
-            "dd",
-            "if=/dev/zero",
-            &out,
-            "bs=1M",
-            "count=4",
-            "oflag=direct",
-            "status=none",
-        ],
-    );
+    let out = scratch.join("f");
+    direct_write_in(&e, &out, "1M", 4);
     rmdir(&e);
     let rec = p.wait_ended(id, secs(30));
     let wb = u(&rec["disk"]["write_bytes"]) as f64;
@@ -478,19 +445,8 @@ fn otlp_over_tls_with_a_private_ca_and_client_certificate() {
         let p = Attached::start(&cg, &args);
         let e = cg.child("job");
         let id = cgroup_id(&e);
-        let out = format!("of={}", scratch.join("f").display());
-        run_born_in(
-            &e,
-            &[
-                "dd",
-                "if=/dev/zero",
-                &out,
-                "bs=1M",
-                "count=4",
-                "oflag=direct",
-                "status=none",
-            ],
-        );
+        let out = scratch.join("f");
+        direct_write_in(&e, &out, "1M", 4);
         rmdir(&e);
         let rec = p.wait_ended(id, secs(30));
         let wb = u(&rec["disk"]["write_bytes"]);

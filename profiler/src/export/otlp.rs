@@ -155,10 +155,7 @@ impl TlsFiles {
         let identity = match (cert, key) {
             (None, None) => None,
             (Some((cn, cert)), Some((_, key))) => {
-                let mut both = cert.clone();
-                both.extend_from_slice(b"\n");
-                both.extend_from_slice(&key);
-                reqwest::Identity::from_pem(&both).map_err(|e| {
+                reqwest_identity(&cert, &key).map_err(|e| {
                     anyhow!("{cn} and its key: not a PEM certificate and private key ({e})")
                 })?;
                 Some((cert, key))
@@ -205,10 +202,7 @@ impl TlsFiles {
                 b = b.tls_certs_merge(reqwest::Certificate::from_pem_bundle(ca)?);
             }
             if let Some((cert, key)) = &tls.identity {
-                let mut both = cert.clone();
-                both.extend_from_slice(b"\n");
-                both.extend_from_slice(key);
-                b = b.identity(reqwest::Identity::from_pem(&both)?);
+                b = b.identity(reqwest_identity(cert, key)?);
             }
             Ok(b.build()?)
         })
@@ -216,6 +210,11 @@ impl TlsFiles {
         .map_err(|_| anyhow!("the HTTP client set-up panicked"))?
         .context("cannot set up the HTTP client")
     }
+}
+
+/// reqwest takes the certificate chain and the key in one PEM.
+fn reqwest_identity(cert: &[u8], key: &[u8]) -> reqwest::Result<reqwest::Identity> {
+    reqwest::Identity::from_pem(&[cert, b"\n", key].concat())
 }
 
 /// The OTLP exporter reports any failed HTTP request as "network error": this client keeps
