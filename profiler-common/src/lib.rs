@@ -577,7 +577,10 @@ pub const DROP_INFLIGHT_FULL: u32 = 4;
 pub const DROP_EXEC_MISSING: u32 = 5;
 pub const DROP_IOWAIT_FULL: u32 = 6;
 pub const DROP_NET_FULL: u32 = 7;
-pub const DROP_COUNTERS: u32 = 8;
+/// Not a lost record: a block request whose completion the kernel never delivered to the
+/// profiler (its bytes are counted; its latency is not).
+pub const DROP_COMPLETION_UNSEEN: u32 = 8;
+pub const DROP_COUNTERS: u32 = 9;
 
 /// Event kinds: the first u32 of every ring-buffer record and iterator record.
 pub const EV_EXEC_CREATED: u32 = 1;

@@ -50,6 +50,8 @@ pub struct Monitor {
     forget: Vec<(u64, Instant)>,
     layout: KernelLayout,
     drops_seen: [u64; DROP_COUNTERS as usize],
+    /// Sweeps so far (the in-flight expiry runs every 12th).
+    sweeps: u64,
     /// Degraded figures, repeated in every record.
     notes: Vec<String>,
     /// How this host is measured, said once at start.
@@ -212,6 +214,7 @@ impl Monitor {
             forget: Vec::new(),
             layout,
             drops_seen: [0; DROP_COUNTERS as usize],
+            sweeps: 0,
             notes,
             notices,
         };
@@ -304,11 +307,21 @@ impl Monitor {
     }
 
     /// Execs whose cgroup is gone although no removal record arrived (ring buffer overrun):
-    /// mark them removed so they end and are forgotten. One stat per running exec.
+    /// mark them removed so they end and are forgotten. One stat per running exec. Also the
+    /// rare map upkeep: drop counters, and a minute's stale in-flight entries.
+    ///
+    /// Map reads from userspace are kept rare on purpose: while a map lookup, update or delete
+    /// system call runs on a CPU, the kernel skips the BPF programs triggered on that CPU and
+    /// counts no miss (measured on Linux 6.18 and 7.3: 90 lookups a second lost 0.05-0.2% of
+    /// block completion runs under load).
     pub fn sweep(&mut self) {
         self.drain(); // removal records already queued carry the exact time
         let now = monotonic_ns();
-        self.probes.expire_inflight(now, 60_000_000_000);
+        self.sweeps += 1;
+        if self.sweeps % 12 == 0 {
+            self.probes.expire_inflight(now, 60_000_000_000);
+        }
+        self.warn_drops();
         for (id, path) in self.execs.running() {
             let dir = if path == "." {
                 self.opts.cgroup.clone()
@@ -336,7 +349,6 @@ impl Monitor {
             let _ = self.probes.cgroups.remove(&id);
             self.execs.forget_rolled_up(id);
         }
-        self.warn_drops();
         let mut out = Vec::new();
         let now_ns = monotonic_ns();
         // Read once, when the first exec is ready to end.
@@ -502,6 +514,7 @@ impl Monitor {
             ));
         }
         out.extend(self.live()?);
+        self.warn_drops();
         Ok(out)
     }
 
@@ -510,9 +523,11 @@ impl Monitor {
         self.execs.ids()
     }
 
+    /// One warning when a drop counter first moves, then each time it has grown tenfold: a
+    /// steady loss must not flood the terminal.
     fn warn_drops(&mut self) {
         let d = self.probes.drops();
-        let names = [
+        let names: [&str; DROP_COUNTERS as usize] = [
             "ring buffer full: process records lost",
             "cgroup table full: cgroups not followed (raise --max-cgroups)",
             "exec table full: execs not followed (raise --max-execs)",
@@ -520,13 +535,16 @@ impl Monitor {
             "in-flight IO table full: block requests not counted",
             "events for execs without a table entry",
             "IO-wait table full: IO waits of some tasks not counted",
+            "network table full: some interfaces or namespaces not counted",
+            "block completions the kernel did not deliver to BPF: bytes counted, \
+             those requests' latency missing",
         ];
         for (i, name) in names.iter().enumerate() {
-            if d[i] > self.drops_seen[i] {
+            if d[i] > 0 && d[i] >= self.drops_seen[i].saturating_mul(10).max(1) {
                 eprintln!("profiler: warning: {} ({} so far)", name, d[i]);
+                self.drops_seen[i] = d[i];
             }
         }
-        self.drops_seen = d;
     }
 
     /// Totals of the drop counters (for tests and the exit summary).

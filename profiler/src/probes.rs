@@ -82,6 +82,8 @@ pub struct Probes {
     jiffy_probe: Array<MapData, u64>,
     inflight: HashMap<MapData, u64, Inflight>,
     bio_origin: HashMap<MapData, u64, Inflight>,
+    /// Issued requests whose entry aged out without a completion (see expire_inflight).
+    completions_expired: u64,
     pub netns: HashMap<MapData, u64, NetnsEntry>,
     pub ifaces: HashMap<MapData, IfaceKey, IfaceTraffic>,
     pub net: NetStatus,
@@ -164,6 +166,7 @@ impl Probes {
             jiffy_probe,
             inflight,
             bio_origin,
+            completions_expired: 0,
             netns,
             ifaces,
             net: NetStatus {
@@ -391,19 +394,21 @@ impl Probes {
     }
 
     /// Remove the in-flight entries of requests (and bios) older than `max_age_ns`: their
-    /// completion was never seen (a request merged into another). Returns how many.
+    /// completion was never seen (a request merged into another, or one issued whose
+    /// completion the kernel did not deliver: counted as such). Returns how many.
     pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) -> usize {
         let mut n = 0;
         for map in [&mut self.inflight, &mut self.bio_origin] {
-            let old: Vec<u64> = map
+            let old: Vec<(u64, bool)> = map
                 .iter()
                 .filter_map(|r| r.ok())
                 .filter(|(_, v)| now_ns.saturating_sub(v.start_ns) > max_age_ns)
-                .map(|(k, _)| k)
+                .map(|(k, v)| (k, v.issue_ns != 0))
                 .collect();
-            for k in old {
+            for (k, issued) in old {
                 if map.remove(&k).is_ok() {
                     n += 1;
+                    self.completions_expired += issued as u64;
                 }
             }
         }
@@ -437,6 +442,7 @@ impl Probes {
                 *slot = v.iter().sum();
             }
         }
+        out[DROP_COMPLETION_UNSEEN as usize] += self.completions_expired;
         out
     }
 
