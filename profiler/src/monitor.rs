@@ -318,7 +318,7 @@ impl Monitor {
         self.drain(); // removal records already queued carry the exact time
         let now = monotonic_ns();
         self.sweeps += 1;
-        if self.sweeps % 12 == 0 {
+        if self.sweeps.is_multiple_of(12) {
             self.probes.expire_inflight(now, 60_000_000_000);
         }
         self.warn_drops();

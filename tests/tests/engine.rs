@@ -164,7 +164,9 @@ fn concurrent_small_direct_writes_are_each_counted_once() {
         (0.99 * writes..=1.01 * writes).contains(&(requests as f64)),
         "{requests} write requests for {writes} writes of 4 KiB"
     );
-    // Latency samples: one per request whose completion the programs saw.
+    // Latency samples: one per request whose completion the programs saw. The kernel skipped
+    // 0.0-0.84% of them in this test's runs on the 6.18 host (the bound leaves room for slower
+    // machines; it catches a histogram that stops filling).
     let sampled: u64 = rec["disk"]["write_latency"]["counts"]
         .as_array()
         .unwrap()
@@ -173,7 +175,7 @@ fn concurrent_small_direct_writes_are_each_counted_once() {
         .sum();
     eprintln!("MEASURED {requests} write requests, {sampled} latency samples");
     assert!(
-        sampled <= requests && sampled as f64 >= 0.99 * requests as f64,
+        sampled <= requests && sampled as f64 >= 0.9 * requests as f64,
         "{sampled} latency samples for {requests} requests"
     );
     let (code, _, _) = p.stop();
