@@ -580,7 +580,9 @@ pub const DROP_NET_FULL: u32 = 7;
 /// Not a lost record: a block request whose completion the kernel never delivered to the
 /// profiler (its bytes are counted; its latency is not).
 pub const DROP_COMPLETION_UNSEEN: u32 = 8;
-pub const DROP_COUNTERS: u32 = 9;
+/// Likewise: a wake-up from an IO wait that the kernel never delivered (that wait is lost).
+pub const DROP_WAKEUP_UNSEEN: u32 = 9;
+pub const DROP_COUNTERS: u32 = 10;
 
 /// Event kinds: the first u32 of every ring-buffer record and iterator record.
 pub const EV_EXEC_CREATED: u32 = 1;

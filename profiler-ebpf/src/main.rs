@@ -857,6 +857,10 @@ fn iowait_block(task: *const u8) -> Option<()> {
         // SAFETY: the entry of a blocking task; only its own events touch it.
         let w = unsafe { &mut *w };
         if w.start_time_ns == start {
+            // Still blocked from the last wait: its wake-up never reached the profiler.
+            if w.blocked_ns != 0 {
+                drop_count(DROP_WAKEUP_UNSEEN);
+            }
             w.blocked_ns = now;
             return Some(());
         }

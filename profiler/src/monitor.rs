@@ -538,6 +538,7 @@ impl Monitor {
             "network table full: some interfaces or namespaces not counted",
             "block completions the kernel did not deliver to BPF: bytes counted, \
              those requests' latency missing",
+            "IO-wait wake-ups the kernel did not deliver to BPF: those waits not counted",
         ];
         for (i, name) in names.iter().enumerate() {
             if d[i] > 0 && d[i] >= self.drops_seen[i].saturating_mul(10).max(1) {
