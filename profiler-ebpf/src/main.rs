@@ -902,8 +902,8 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
 // exec recorded when the request was created in the submitter's context; latency from the last
 // issue to completion. Counting per issue would double-count requeued requests; the current task
 // at issue or completion is often kblockd or an IRQ. Counting at completion is not exact either:
-// Linux 6.18 was measured not to run raw-tracepoint programs for 0.03-0.2% of block completions
-// (perf sees them; no recursion miss is recorded), while the submit-side events ran for all.
+// the kernel skips programs silently at times (README, "Skipped BPF runs"), completions most:
+// 0.03-0.2% of them on the 6.18 host under concurrent direct IO.
 
 /// The exec that caused a bio, and the request class and flush flag of its op flags. Away from
 /// the submitter (`by_task` false) only the bio's blkcg can tell.
@@ -969,9 +969,8 @@ fn track_request(rq: *const u8, v: &Inflight) {
 }
 
 /// A request whose start no program saw: before 6.5 its bio as block_getrq saw it; otherwise
-/// its bio's blkcg where cgroup writeback attributes IO. (The kernel skips BPF programs on a
-/// CPU while a BPF map system call runs there, and on preemptible kernels also while that
-/// call's task is preempted: block_io_start was seen to miss 0.2% of requests on 7.3.)
+/// its bio's blkcg where cgroup writeback attributes IO (block_io_start was seen to miss 0.15%
+/// of requests on the preemptible 7.3 kernel).
 #[inline(always)]
 fn unseen_request(rq: *const u8) -> Option<Inflight> {
     let bio = rd_ptr(rq, off!(rq_bio));

@@ -310,10 +310,10 @@ impl Monitor {
     /// mark them removed so they end and are forgotten. One stat per running exec. Also the
     /// rare map upkeep: drop counters, and a minute's stale in-flight entries.
     ///
-    /// Map reads from userspace are kept rare on purpose: while a map lookup, update or delete
-    /// system call runs on a CPU, the kernel skips the BPF programs triggered on that CPU and
-    /// counts no miss (measured on Linux 6.18 and 7.3: 90 lookups a second lost 0.05-0.2% of
-    /// block completion runs under load).
+    /// Map reads from userspace are kept rare on purpose: while a map lookup or update system
+    /// call runs on a CPU, the kernel skips the BPF programs triggered on that CPU and counts
+    /// no miss (measured on Linux 6.18: two processes looping on lookups cost 0.13% of block
+    /// completion runs under load; see README, "Skipped BPF runs").
     pub fn sweep(&mut self) {
         self.drain(); // removal records already queued carry the exact time
         let now = monotonic_ns();
