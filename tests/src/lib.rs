@@ -436,6 +436,18 @@ pub fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+/// Latency samples in an exec record's disk histogram of `direction` ("read" or "write"): one
+/// per request whose completion the programs saw (the kernel skips a few, README "Skipped BPF
+/// runs"), so at most its request count.
+pub fn latency_samples(rec: &Value, direction: &str) -> u64 {
+    let h = &rec["disk"][format!("{direction}_latency")]["counts"];
+    h.as_array()
+        .unwrap_or_else(|| panic!("no {direction} latency histogram: {rec}"))
+        .iter()
+        .map(u)
+        .sum()
+}
+
 /// A JSON number as f64.
 pub fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))

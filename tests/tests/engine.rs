@@ -167,12 +167,7 @@ fn concurrent_small_direct_writes_are_each_counted_once() {
     // Latency samples: one per request whose completion the programs saw. The kernel skipped
     // 0.0-0.84% of them in this test's runs on the 6.18 host (the bound leaves room for slower
     // machines; it catches a histogram that stops filling).
-    let sampled: u64 = rec["disk"]["write_latency"]["counts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(u)
-        .sum();
+    let sampled = latency_samples(&rec, "write");
     eprintln!("MEASURED {requests} write requests, {sampled} latency samples");
     assert!(
         sampled <= requests && sampled as f64 >= 0.9 * requests as f64,
