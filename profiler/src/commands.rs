@@ -227,7 +227,7 @@ fn start_exporters(common: &CommonArgs) -> Result<Option<Exporters>> {
     let otlp = OtlpConfig::resolve(&common.otlp)?;
     let attrs =
         ExecAttributes::new(common.exec_attributes.as_deref()).map_err(anyhow::Error::msg)?;
-    let x = Exporters::start(otlp, common.prometheus, attrs)?;
+    let x = Exporters::start(otlp, common.prometheus, attrs, common.max_execs as usize)?;
     for d in x.iter().flat_map(|x| x.describe()) {
         eprintln!("profiler: {d}");
     }

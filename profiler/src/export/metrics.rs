@@ -84,8 +84,12 @@ defs! {
     Execve = "profiler.exec.execve", Counter, "{call}", true,
         "execve calls in the exec (eBPF)";
     ProcessCpuTime = "profiler.process.cpu.time", Counter, "s", false,
-        "CPU time of the exec's listed processes, by process.command (the top processes kept per exec)";
+        "CPU time of the exec's listed processes, by process.command (the 10 commands with the most CPU time)";
 }
+
+/// Most series of one metric per exec: pressure has 8 (4 resources, some and full), the
+/// process CPU time one per command, of the commands with the most CPU time.
+pub const SERIES_PER_EXEC: usize = 10;
 
 /// Histogram boundaries of [`M::DiskLatency`], in seconds: the log2 buckets of the kernel side.
 pub fn latency_bounds_s() -> Vec<f64> {
@@ -320,6 +324,9 @@ impl ExecSeries {
         for pr in &r.processes {
             *by_comm.entry(pr.comm.as_str()).or_default() += pr.on_cpu_ns;
         }
+        let mut by_comm: Vec<(&str, u64)> = by_comm.into_iter().collect();
+        by_comm.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        by_comm.truncate(SERIES_PER_EXEC);
         for (comm, ns) in by_comm {
             put(
                 M::ProcessCpuTime,

@@ -23,6 +23,10 @@ use crate::report::ExecReport;
 /// Most ended execs kept waiting for a successful OTLP export (an outage longer than this
 /// many execs loses the oldest, with a warning).
 const MAX_PENDING_FINALS: usize = 50_000;
+/// Most ended execs one OTLP collection shows, oldest first: after an outage the backlog goes
+/// out over several exports, each request of bounded size and each metric within the SDK's
+/// series limit (see `otlp::series_limit`).
+pub(crate) const FINALS_PER_EXPORT: usize = 250;
 /// How long, and how many, ended execs the Prometheus endpoint keeps showing.
 const PROMETHEUS_RETENTION: Duration = Duration::from_secs(300);
 const PROMETHEUS_MAX_ENDED: usize = 10_000;
@@ -34,7 +38,7 @@ struct Final {
     first: Option<u64>,
     /// The export attempt whose collection carries its latency histogram: a delta, gone from
     /// the SDK once collected, so recorded again after an attempt that failed.
-    histogram: u64,
+    histogram: Option<u64>,
 }
 
 #[derive(Default)]
@@ -55,45 +59,38 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Every series to show now: running execs, then ended ones not yet delivered.
+    /// Every series to show now: running execs, then the oldest ended ones not yet delivered.
     pub(crate) fn for_otlp(&mut self) -> Vec<Arc<ExecSeries>> {
         let attempt = self.attempt;
         let mut out: Vec<Arc<ExecSeries>> = self.live.values().cloned().collect();
-        for f in self.finals.iter_mut() {
+        for f in self.finals.iter_mut().take(FINALS_PER_EXPORT) {
             f.first.get_or_insert(attempt);
             out.push(f.series.clone());
         }
         out
     }
 
-    /// An OTLP export attempt ended: on success, forget the finals it carried. Then take in
-    /// the execs that ended meanwhile. Returns the execs whose latency histograms are to be
-    /// recorded now, for the next collection: those just taken in, and after a failure those
-    /// whose histograms the failed attempt carried.
+    /// An OTLP export attempt ended: on success, forget the finals it carried. Returns the
+    /// execs whose latency histograms are to be recorded now (see [`Self::next_histograms`]).
     #[must_use]
     pub(crate) fn exported(&mut self, ok: bool) -> Vec<Arc<ExecSeries>> {
         let attempt = self.attempt;
         self.attempt += 1;
-        let mut record = Vec::new();
         if ok {
             self.finals
                 .retain(|f| !matches!(f.first, Some(a) if a <= attempt));
-        } else {
-            for f in self.finals.iter_mut().filter(|f| f.histogram == attempt) {
-                f.histogram = self.attempt;
-                record.push(f.series.clone());
-            }
         }
-        record.extend(self.admit_incoming());
-        record
+        self.next_histograms()
     }
 
-    /// Take in the execs that ended since the last attempt; returns them (their histograms
-    /// are to be recorded now).
+    /// Take in the execs that ended since the last attempt (between two collections, so that
+    /// a collection shows an exec whole or not at all). Returns the execs whose latency
+    /// histograms are to be recorded now, for the next collection: those that the next
+    /// collection shows and whose histogram it would not carry otherwise (newly shown, or
+    /// carried by an attempt that failed).
     #[must_use]
-    pub(crate) fn admit_incoming(&mut self) -> Vec<Arc<ExecSeries>> {
-        let incoming = std::mem::take(&mut self.incoming);
-        for s in &incoming {
+    pub(crate) fn next_histograms(&mut self) -> Vec<Arc<ExecSeries>> {
+        for s in std::mem::take(&mut self.incoming) {
             if self.finals.len() >= MAX_PENDING_FINALS {
                 self.finals.pop_front();
                 self.finals_dropped += 1;
@@ -105,12 +102,20 @@ impl Shared {
                 }
             }
             self.finals.push_back(Final {
-                series: s.clone(),
+                series: s,
                 first: None,
-                histogram: self.attempt,
+                histogram: None,
             });
         }
-        incoming
+        let next = self.attempt;
+        let mut record = Vec::new();
+        for f in self.finals.iter_mut().take(FINALS_PER_EXPORT) {
+            if f.histogram != Some(next) {
+                f.histogram = Some(next);
+                record.push(f.series.clone());
+            }
+        }
+        record
     }
 
     pub(crate) fn for_prometheus(&mut self) -> Vec<Arc<ExecSeries>> {
@@ -147,6 +152,7 @@ impl Exporters {
         otlp: Option<OtlpConfig>,
         prometheus: Option<SocketAddr>,
         attrs: ExecAttributes,
+        max_execs: usize,
     ) -> Result<Option<Self>> {
         if otlp.is_none() && prometheus.is_none() {
             return Ok(None);
@@ -160,7 +166,7 @@ impl Exporters {
             .map(|a| prometheus::Server::start(a, shared.clone()))
             .transpose()?;
         let otlp = otlp
-            .map(|c| otlp::Otlp::start(c, shared.clone()))
+            .map(|c| otlp::Otlp::start(c, shared.clone(), max_execs))
             .transpose()?;
         Ok(Some(Self {
             shared,
@@ -266,5 +272,31 @@ mod tests {
         assert_eq!(ids(s.exported(true)), vec![3]);
         let left: Vec<u64> = s.finals.iter().map(|f| f.series.cgroup_id).collect();
         assert_eq!(left, vec![3]);
+    }
+
+    #[test]
+    fn a_backlog_goes_out_oldest_first_in_bounded_collections() {
+        let mut s = Shared {
+            otlp: true,
+            ..Default::default()
+        };
+        let n = FINALS_PER_EXPORT + 5;
+        s.incoming.extend((0..n as u64).map(series));
+        assert_eq!(s.exported(false).len(), FINALS_PER_EXPORT);
+        let shown = s.for_otlp();
+        assert_eq!(shown.len(), FINALS_PER_EXPORT);
+        assert_eq!(shown[0].cgroup_id, 0);
+        // That attempt failed: the same execs again, their histograms recorded again.
+        assert_eq!(s.exported(false).len(), FINALS_PER_EXPORT);
+        assert_eq!(s.for_otlp().len(), FINALS_PER_EXPORT);
+        // It succeeded: the rest, whose histograms are recorded for the first time.
+        let next: Vec<u64> = s.exported(true).iter().map(|x| x.cgroup_id).collect();
+        assert_eq!(
+            next,
+            (FINALS_PER_EXPORT as u64..n as u64).collect::<Vec<_>>()
+        );
+        assert_eq!(s.for_otlp().len(), 5);
+        assert!(s.exported(true).is_empty());
+        assert!(s.finals.is_empty());
     }
 }

@@ -26,15 +26,15 @@ use opentelemetry_sdk::{
     Resource,
     error::OTelSdkResult,
     metrics::{
-        PeriodicReader, SdkMeterProvider, Temporality, data::ResourceMetrics,
+        Instrument, PeriodicReader, SdkMeterProvider, Stream, Temporality, data::ResourceMetrics,
         exporter::PushMetricExporter,
     },
     resource::EnvResourceDetector,
 };
 
 use super::{
-    Shared, lock,
-    metrics::{DEFS, ExecSeries, Kind, M, histogram_values, latency_bounds_s},
+    FINALS_PER_EXPORT, Shared, lock,
+    metrics::{DEFS, ExecSeries, Kind, M, SERIES_PER_EXEC, histogram_values, latency_bounds_s},
 };
 
 /// OTLP flags; each overrides its standard environment variable.
@@ -631,15 +631,19 @@ impl LatencyHistogram {
 }
 
 impl Otlp {
-    pub(crate) fn start(config: OtlpConfig, shared: Arc<Mutex<Shared>>) -> Result<Self> {
+    pub(crate) fn start(
+        config: OtlpConfig,
+        shared: Arc<Mutex<Shared>>,
+        max_execs: usize,
+    ) -> Result<Self> {
         // Built on a thread of its own: the HTTP client blocks and must not be made (or
         // dropped) inside the async runtime; the gRPC client needs a runtime of its own.
-        std::thread::spawn(move || Self::build(config, shared))
+        std::thread::spawn(move || Self::build(config, shared, max_execs))
             .join()
             .map_err(|_| anyhow!("the OTLP exporter set-up panicked"))?
     }
 
-    fn build(config: OtlpConfig, shared: Arc<Mutex<Shared>>) -> Result<Self> {
+    fn build(config: OtlpConfig, shared: Arc<Mutex<Shared>>, max_execs: usize) -> Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("profiler-otlp")
@@ -660,9 +664,15 @@ impl Otlp {
         let reader = PeriodicReader::builder(exporter)
             .with_interval(config.interval)
             .build();
+        // Beyond its series limit (2000 by default) the SDK folds series into one overflow
+        // series: size it for every exec that one collection can show.
+        let limit = (max_execs + FINALS_PER_EXPORT) * SERIES_PER_EXEC;
         let provider = SdkMeterProvider::builder()
             .with_resource(resource())
             .with_reader(reader)
+            .with_view(move |_: &Instrument| {
+                Stream::builder().with_cardinality_limit(limit).build().ok()
+            })
             .build();
         let meter = provider.meter("profiler");
         for (i, d) in DEFS.iter().enumerate() {
@@ -764,7 +774,7 @@ impl Otlp {
 
     /// A last collection and export, bounded by the export timeout.
     pub(crate) fn shutdown(mut self) {
-        let record = lock(&self.shared).admit_incoming();
+        let record = lock(&self.shared).next_histograms();
         record.iter().for_each(|s| self.latency.record(s));
         let provider = self.provider.clone();
         let timeout = self.config.timeout + Duration::from_secs(1);
