@@ -221,6 +221,10 @@ impl Monitor {
         for id in mon.execs.ids() {
             mon.open_files(id);
         }
+        // Parsing the kernel's BTF (twice: layout, loader) took tens of MiB that are free now;
+        // glibc keeps freed heap unless asked to return it.
+        // SAFETY: no arguments beyond the pad size; only releases free memory.
+        unsafe { libc::malloc_trim(0) };
         Ok(mon)
     }
 
