@@ -395,9 +395,8 @@ impl Probes {
 
     /// Remove the in-flight entries of requests (and bios) older than `max_age_ns`: their
     /// completion was never seen (a request merged into another, or one issued whose
-    /// completion the kernel did not deliver: counted as such). Returns how many.
-    pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) -> usize {
-        let mut n = 0;
+    /// completion the kernel did not deliver: counted as such).
+    pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) {
         for map in [&mut self.inflight, &mut self.bio_origin] {
             let old: Vec<(u64, bool)> = map
                 .iter()
@@ -407,12 +406,10 @@ impl Probes {
                 .collect();
             for (k, issued) in old {
                 if map.remove(&k).is_ok() {
-                    n += 1;
                     self.completions_expired += issued as u64;
                 }
             }
         }
-        n
     }
 
     /// One pass of the percpu_discover iterator.
