@@ -56,6 +56,21 @@ fn wait_all(rotel: &Rotel, metric: &str, want: &[(u64, f64)]) {
     }
 }
 
+/// Attach to `cg`, exporting to `rotel` over HTTP every second with an export timeout.
+fn attach_exporting(cg: &TestCgroup, rotel: &Rotel, timeout: &str) -> Attached {
+    Attached::start(
+        cg,
+        &[
+            "--otlp-endpoint",
+            &rotel.http_endpoint(),
+            "--export-interval",
+            "1s",
+            "--otlp-timeout",
+            timeout,
+        ],
+    )
+}
+
 fn rss_kib(pid: u32) -> u64 {
     let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     s.lines()
@@ -266,17 +281,7 @@ fn execs_ended_during_an_outage_arrive_afterwards() {
     let scratch = scratch_dir("otlp-outage");
     let of = scratch.join("f");
     let mut rotel = Rotel::start();
-    let p = Attached::start(
-        &cg,
-        &[
-            "--otlp-endpoint",
-            &rotel.http_endpoint(),
-            "--export-interval",
-            "1s",
-            "--otlp-timeout",
-            "1s",
-        ],
-    );
+    let p = attach_exporting(&cg, &rotel, "1s");
     rotel.stop();
     let mut ids = Vec::new();
     let start = std::time::Instant::now();
@@ -436,25 +441,18 @@ fn prometheus_scrapes_per_exec_values() {
 }
 
 /// Test 3b: 1100 execs end while the collector is down, more series than the OpenTelemetry
-/// SDK keeps per metric by default (2000; container.cpu.time has two per exec). Once the
-/// collector is back every exec arrives with its own final values, none folded into the
+/// SDK keeps per metric by default (2000; container.cpu.time has two per exec). Two profilers
+/// watch them, each with its own collector: once the collectors are back, the first delivers
+/// the backlog over its next exports, the second is stopped at once and delivers it in its
+/// last ones. Every exec arrives at both with its own final values, none folded into the
 /// SDK's overflow series.
 #[test]
 fn a_backlog_larger_than_one_collection_arrives_whole() {
     let cg = TestCgroup::new("otlp-backlog");
-    let mut rotel = Rotel::start();
-    let p = Attached::start(
-        &cg,
-        &[
-            "--otlp-endpoint",
-            &rotel.http_endpoint(),
-            "--export-interval",
-            "1s",
-            "--otlp-timeout",
-            "1s",
-        ],
-    );
-    rotel.stop();
+    let mut rotels = [Rotel::start(), Rotel::start()];
+    let periodic = attach_exporting(&cg, &rotels[0], "1s");
+    let stopped = attach_exporting(&cg, &rotels[1], "5s");
+    rotels.iter_mut().for_each(Rotel::stop);
     let ids: Vec<u64> = (0..1100)
         .map(|i| {
             let e = cg.child(&format!("b{i}"));
@@ -464,26 +462,37 @@ fn a_backlog_larger_than_one_collection_arrives_whole() {
             id
         })
         .collect();
+    let cpu_s = |rec: &serde_json::Value| u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9;
     let want: Vec<(u64, f64)> = ids
         .iter()
-        .map(|id| {
-            let rec = p.wait_ended(*id, secs(30));
-            (*id, u(&rec["cpu"]["on_cpu_ns"]) as f64 / 1e9)
-        })
+        .map(|id| (*id, cpu_s(&periodic.wait_ended(*id, secs(30)))))
         .collect();
-    rotel.restart();
-    wait_all(&rotel, "container.cpu.time", &want);
-    let points = rotel.points();
-    let overflow = points
+    stopped.wait_ended(*ids.last().unwrap(), secs(30));
+    rotels.iter_mut().for_each(Rotel::restart);
+    let (code, recs, stderr) = stopped.stop();
+    assert_eq!(code, 0, "{stderr:?}");
+    let want_stopped: Vec<(u64, f64)> = recs
         .iter()
-        .filter(|p| p.attr("otel.metric.overflow").is_some())
-        .count();
-    assert_eq!(overflow, 0, "points in the SDK's overflow series");
-    let (code, _, stderr) = p.stop();
+        .filter_map(|r| Some((r["cgroup_id"].as_u64()?, cpu_s(r))))
+        .filter(|(id, _)| ids.contains(id))
+        .collect();
+    assert_eq!(want_stopped.len(), ids.len());
+    wait_all(&rotels[1], "container.cpu.time", &want_stopped);
+    wait_all(&rotels[0], "container.cpu.time", &want);
+    for rotel in &rotels {
+        let overflow = rotel
+            .points()
+            .iter()
+            .filter(|p| p.attr("otel.metric.overflow").is_some())
+            .count();
+        assert_eq!(overflow, 0, "points in the SDK's overflow series");
+    }
+    let (code, _, stderr) = periodic.stop();
     assert_eq!(code, 0, "{stderr:?}");
     eprintln!(
-        "MEASURED otlp backlog: {} execs ended without a collector, each arrived with its own \
-         container.cpu.time, no overflow series",
+        "MEASURED otlp backlog: {} execs ended without a collector; each arrived with its own \
+         container.cpu.time over the next exports and, from a profiler stopped at once, in its \
+         last ones; no overflow series",
         ids.len()
     );
 }

@@ -779,7 +779,20 @@ impl Otlp {
         let provider = self.provider.clone();
         let timeout = self.config.timeout + Duration::from_secs(1);
         let runtime = self.runtime.take();
+        let shared = self.shared.clone();
         let _ = std::thread::spawn(move || {
+            // A backlog goes out one window per export: flush while it shrinks, for as long as
+            // one export may take; the last window goes with the shutdown.
+            let deadline = std::time::Instant::now() + timeout;
+            loop {
+                let left = lock(&shared).finals.len();
+                if left <= FINALS_PER_EXPORT || std::time::Instant::now() >= deadline {
+                    break;
+                }
+                if provider.force_flush().is_err() || lock(&shared).finals.len() >= left {
+                    break;
+                }
+            }
             if let Err(e) = provider.shutdown_with_timeout(timeout) {
                 eprintln!("profiler: warning: final OTLP export: {e}");
             }
