@@ -25,7 +25,7 @@ use crate::report::ExecReport;
 const MAX_PENDING_FINALS: usize = 50_000;
 /// Most ended execs one OTLP collection shows, oldest first: after an outage the backlog goes
 /// out over several exports, each request of bounded size and each metric within the SDK's
-/// series limit (see `otlp::series_limit`).
+/// series limit (set by a view in `Otlp::build`).
 pub(crate) const FINALS_PER_EXPORT: usize = 250;
 /// How long, and how many, ended execs the Prometheus endpoint keeps showing.
 const PROMETHEUS_RETENTION: Duration = Duration::from_secs(300);
