@@ -407,8 +407,13 @@ fn emit_cgroup_event(kind: u32, id: u64, entry: &CgroupEntry, path: *const u8) {
             let _ = bpf_probe_read_kernel_str_bytes(path, &mut (*ev).path);
         }
     }
-    // No wake-up (it costs microseconds): the reader drains on its timer.
-    slot.submit(wakeup_flag());
+    // A new exec wakes the reader (a few microseconds, once per exec): its container's
+    // metadata is read while the container exists. Other records wait for the reader's timer.
+    slot.submit(if kind == EV_EXEC_CREATED {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        wakeup_flag()
+    });
 }
 
 #[btf_tracepoint(function = "cgroup_rmdir")]

@@ -23,6 +23,7 @@ use crate::{
     monitor::{Monitor, Options},
     probes::Limits,
     report::{ExecReport, live_table},
+    runtime::{Connected, Resolver, RuntimeArgs},
     spawn::{SpawnError, spawn_in_cgroup, wait_exit_code},
 };
 
@@ -94,9 +95,12 @@ pub struct CommonArgs {
 
 #[derive(Debug, Args)]
 pub struct AttachArgs {
-    /// The cgroup v2 directory to watch (absolute, or relative to the v2 mount).
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: String,
+    /// The cgroup v2 directory to watch (absolute, or relative to the v2 mount); with
+    /// --runtime, the runtime's own cgroup parent by default.
+    #[arg(long, value_name = "PATH", required_unless_present = "runtime")]
+    pub cgroup: Option<String>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
     /// Depth of the execs below PATH: cgroups at depth 1..=N are execs, deeper ones roll up.
     #[arg(long, default_value_t = 1)]
     pub exec_depth: u32,
@@ -250,14 +254,48 @@ fn print_costs(mon: &Monitor) {
     }
 }
 
+/// The cgroup to watch: --cgroup, else the named runtime's cgroup parent (made when the
+/// runtime has not made it yet: it does at its first container).
+fn attach_dir(h: &Hierarchy, args: &AttachArgs, connected: Option<&Connected>) -> Result<PathBuf> {
+    if let Some(c) = connected {
+        eprintln!("profiler: runtime {}", c.describe);
+    }
+    match (&args.cgroup, connected) {
+        (Some(p), _) => h.resolve(p),
+        (None, Some(c)) => {
+            if !c.cgroup_parent.exists() {
+                if c.systemd {
+                    bail!(
+                        "the runtime's cgroup parent {} does not exist (is systemd its cgroup \
+                         manager?); pass the parent with --cgroup",
+                        c.cgroup_parent.display()
+                    );
+                }
+                cgroup::create(&c.cgroup_parent)?;
+                eprintln!(
+                    "profiler: created {} (the runtime makes it at its first container)",
+                    c.cgroup_parent.display()
+                );
+            }
+            h.resolve(c.cgroup_parent.to_str().context("non-UTF-8 cgroup path")?)
+        }
+        (None, None) => bail!("--cgroup or --runtime is needed"),
+    }
+}
+
 async fn attach(args: AttachArgs) -> Result<i32> {
     let h = Hierarchy::find()?;
-    let dir = h.resolve(&args.cgroup)?;
+    crate::monitor::check_privileges()?;
+    let (resolver, connected) = Resolver::start(&args.runtime, &h)?;
+    let dir = attach_dir(&h, &args, connected.as_ref())?;
     let _stats = enable_bpf_stats(args.common.bpf_stats)?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let exporters = start_exporters(&args.common)?;
-    let mut mon = Monitor::start(options(&args.common, dir.clone(), args.exec_depth))?;
+    let mut mon = Monitor::start(
+        options(&args.common, dir.clone(), args.exec_depth),
+        Some(resolver),
+    )?;
     eprintln!(
         "profiler: attached to {} (exec depth {}, {} exec(s) present)",
         dir.display(),
@@ -400,7 +438,7 @@ async fn run(args: RunArgs) -> Result<i32> {
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let exporters = start_exporters(&args.common)?;
-    let mut mon = Monitor::start(options(&args.common, dir.clone(), 0))?;
+    let mut mon = Monitor::start(options(&args.common, dir.clone(), 0), None)?;
     let exec_id = cgroup::cgroup_id(&dir)?;
 
     let child = spawn_in_cgroup(&dir, &args.command)?;

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use anyhow::{Result, bail};
 use profiler_common::*;
 
-use crate::report::{ExecReport, ProcReport};
+use crate::{
+    report::{ExecReport, ProcReport},
+    runtime::{ContainerInfo, Lookup},
+};
 
 /// A record from the ring buffer.
 #[derive(Clone, Debug)]
@@ -74,6 +77,15 @@ pub fn args_summary(raw: &[u8], max: usize) -> String {
 }
 
 const ARGS_SUMMARY_CHARS: usize = 96;
+
+/// `runc init` re-executing itself inside the container's cgroup (runc's cloned-binary
+/// guard, at times after the cgroup join): the runtime's own program, not the exec's first.
+fn is_runtime_init(raw: &[u8]) -> bool {
+    let mut words = raw.split(|&c| c == 0);
+    let argv0 = words.next().unwrap_or_default();
+    let base = argv0.rsplit(|&c| c == b'/').next().unwrap_or_default();
+    base.ends_with(b"runc") && words.next() == Some(b"init")
+}
 
 /// One process of an exec (all its threads).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -258,6 +270,19 @@ pub struct Exec {
     pub procs: ProcTable,
     /// The kernel's totals of the exec's cgroup, read when it was removed.
     pub final_figures: Option<ExecFinalEvent>,
+    /// argv of the first program the exec ran (its first execve).
+    pub command: Option<String>,
+    /// What the container runtime says about the exec: None until the answer is in.
+    pub metadata: Option<Lookup>,
+}
+
+impl Exec {
+    pub fn container(&self) -> Option<&ContainerInfo> {
+        match &self.metadata {
+            Some(Lookup::Found(c)) => Some(c),
+            _ => None,
+        }
+    }
 }
 
 /// What the monitor must do after an event.
@@ -301,6 +326,14 @@ impl Execs {
         }
     }
 
+    /// Path relative to the attached cgroup back to the kernel's ("x" -> "/base/x").
+    pub fn kernel_path(&self, relative: &str) -> String {
+        match relative {
+            "." => self.base_path.clone(),
+            r => format!("{}/{r}", self.base_path),
+        }
+    }
+
     /// Register an exec (found by walking, or created).
     pub fn add_exec(&mut self, id: u64, kernel_path: &str, now_ns: u64) {
         let path = self.relative(kernel_path);
@@ -314,6 +347,8 @@ impl Execs {
             descendants: Vec::new(),
             procs: ProcTable::new(keep),
             final_figures: None,
+            command: None,
+            metadata: None,
         });
     }
 
@@ -396,6 +431,10 @@ impl Execs {
             Event::ProcExec(x) => {
                 if let Some(e) = self.execs.get_mut(&x.exec_id) {
                     let n = (x.args_len as usize).min(ARGS_LEN);
+                    if e.command.is_none() && !is_runtime_init(&x.args[..n]) {
+                        e.command =
+                            Some(args_summary(&x.args[..n], ARGS_LEN)).filter(|c| !c.is_empty());
+                    }
                     e.procs.on_exec(
                         x.tgid,
                         cstr(&x.comm),
@@ -516,6 +555,9 @@ pub fn build_report(
     if exec.partial {
         notes.push("already running when the profiler attached: figures count from then".into());
     }
+    if let Some(Lookup::Missing(why)) = &exec.metadata {
+        notes.push(format!("container metadata unavailable: {why}"));
+    }
     if stats.tasks_without_delays > 0 {
         notes.push(format!(
             "IO-wait and memory stall unknown for {} task(s): delay accounting was off when they \
@@ -594,6 +636,14 @@ mod tests {
     }
 
     #[test]
+    fn the_runtimes_own_init_is_not_the_first_program() {
+        assert!(is_runtime_init(b"runc\0init\0"));
+        assert!(is_runtime_init(b"/usr/sbin/runc\0init\0"));
+        assert!(!is_runtime_init(b"/bin/sh\0-c\0runc init\0"));
+        assert!(!is_runtime_init(b"runc\0run\0x\0"));
+    }
+
+    #[test]
     fn relative_paths() {
         let e = Execs::new("/ci/job", 10);
         assert_eq!(e.relative("/ci/job"), ".");
@@ -602,6 +652,8 @@ mod tests {
         let root = Execs::new("/", 10);
         assert_eq!(root.relative("/a"), "a");
         assert_eq!(root.relative("/"), ".");
+        assert_eq!(e.kernel_path("step-1/x"), "/ci/job/step-1/x");
+        assert_eq!(root.kernel_path("a"), "/a");
     }
 
     #[test]

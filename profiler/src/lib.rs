@@ -13,4 +13,5 @@ pub mod monitor;
 pub mod network;
 pub mod probes;
 pub mod report;
+pub mod runtime;
 pub mod spawn;

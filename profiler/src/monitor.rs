@@ -2,7 +2,7 @@
 //! execs already there, then turn kernel events and map reads into exec records.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs,
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -19,6 +19,7 @@ use crate::{
     network::{FaultSamples, NetInput, NetReport},
     probes::{ExecNet, Limits, Probes, ProgramCost, kernel_release},
     report::ExecReport,
+    runtime::Resolver,
 };
 
 #[derive(Clone, Debug)]
@@ -56,6 +57,10 @@ pub struct Monitor {
     notes: Vec<String>,
     /// How this host is measured, said once at start.
     notices: Vec<String>,
+    /// Names the execs from their container runtime's metadata.
+    resolver: Option<Resolver>,
+    /// Execs whose metadata was asked for and has not arrived.
+    metadata_pending: HashSet<u64>,
 }
 
 /// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
@@ -114,7 +119,7 @@ fn enable_delay_accounting() -> Option<String> {
 }
 
 impl Monitor {
-    pub fn start(opts: Options) -> Result<Self> {
+    pub fn start(opts: Options, resolver: Option<Resolver>) -> Result<Self> {
         check_privileges()?;
         let hierarchy = Hierarchy::find()?;
         let kbtf = KernelBtf::open(&opts.btf)?;
@@ -217,9 +222,12 @@ impl Monitor {
             sweeps: 0,
             notes,
             notices,
+            resolver,
+            metadata_pending: HashSet::new(),
         };
         for id in mon.execs.ids() {
             mon.open_files(id);
+            mon.request_metadata(id);
         }
         // Parsing the kernel's BTF (twice: layout, loader) took tens of MiB that are free now;
         // glibc keeps freed heap unless asked to return it.
@@ -261,6 +269,27 @@ impl Monitor {
         }
         for id in created {
             self.open_files(id);
+            self.request_metadata(id);
+        }
+        if let Some(r) = &self.resolver {
+            for (id, lookup) in r.answers() {
+                self.metadata_pending.remove(&id);
+                if let Some(e) = self.execs.get_mut(id) {
+                    e.metadata = Some(lookup);
+                }
+            }
+        }
+    }
+
+    /// Ask the container runtime about a new exec (answered on the resolver's thread).
+    fn request_metadata(&mut self, id: u64) {
+        let (Some(r), Some(e)) = (&self.resolver, self.execs.get(id)) else {
+            return;
+        };
+        if e.path != "." {
+            // The whole path: a runtime's layout shows in the parents (buildkit/ID).
+            r.request(id, &self.execs.kernel_path(&e.path));
+            self.metadata_pending.insert(id);
         }
     }
 
@@ -373,10 +402,16 @@ impl Monitor {
                 .get(id)
                 .and_then(|e| e.final_figures)
                 .is_some_and(|f| f.pending > 0);
-            if late && waited < self.opts.grace {
+            if (late || self.metadata_pending.contains(&id)) && waited < self.opts.grace {
                 continue;
             }
             let mut notes = Vec::new();
+            if self.metadata_pending.remove(&id) {
+                notes.push(format!(
+                    "container metadata was not read within {:?} of the exec's end",
+                    self.opts.grace
+                ));
+            }
             if pending > 0 {
                 notes.push(format!(
                     "{pending} task(s) were not freed within {:?} of the cgroup's removal \
@@ -454,6 +489,7 @@ impl Monitor {
         {
             self.files.remove(&id);
             self.net_faults.remove(&id);
+            self.metadata_pending.remove(&id);
             let _ = self.probes.execs.remove(&id);
             for c in ids {
                 let _ = self.probes.cgroups.remove(&c);

@@ -10,13 +10,21 @@ use crate::{
     cgroup_files::CgroupReport,
     execs::{Exec, Proc},
     network::NetReport,
+    runtime::ContainerInfo,
 };
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ExecReport {
     /// Path of the exec's cgroup relative to the attached cgroup ("." for the cgroup itself).
     pub exec: String,
     pub cgroup_id: u64,
+    /// What the container runtime says about the exec (id, name, image, command), when its
+    /// cgroup is a container's or a BuildKit step's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerInfo>,
+    /// argv of the first program the exec ran (its first execve), when one was seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     /// "ended" (final figures) or "running" (figures so far).
     pub state: &'static str,
     /// Already running when the profiler attached (figures count from then).
@@ -260,6 +268,8 @@ impl ExecReport {
         Self {
             exec: exec.path.clone(),
             cgroup_id: exec.id,
+            container: exec.container().cloned(),
+            command: exec.command.clone(),
             state: if exec.removed_ns.is_some() {
                 "ended"
             } else {
@@ -300,9 +310,10 @@ impl ExecReport {
         let mut s = String::new();
         let _ = write!(
             s,
-            "exec {} [{}] {} {}: cpu {} runq {} iowait {} | disk r {} ({} req) w {} ({} req)",
+            "exec {} [{}]{} {} {}: cpu {} runq {} iowait {} | disk r {} ({} req) w {} ({} req)",
             self.exec,
             self.cgroup_id,
+            self.label().map(|l| format!(" ({l})")).unwrap_or_default(),
             self.state,
             dur(self.wall_ns),
             dur(self.cpu.on_cpu_ns),
@@ -341,6 +352,37 @@ impl ExecReport {
             s.push_str(" | partial");
         }
         s
+    }
+
+    /// What ran, for people: the runtime, the container's name and image, or the command of
+    /// a BuildKit step or of the exec's first program.
+    pub fn label(&self) -> Option<String> {
+        let cmd = |c: &str| truncate(c, 60);
+        match &self.container {
+            Some(c) => {
+                let mut l = c.runtime.to_owned();
+                match (&c.name, &c.command) {
+                    (Some(n), _) => {
+                        l.push(' ');
+                        l.push_str(n);
+                    }
+                    (None, Some(command)) => {
+                        l.push_str(": ");
+                        l.push_str(&cmd(command));
+                    }
+                    (None, None) => {
+                        l.push(' ');
+                        l.push_str(&truncate(&c.id, 12));
+                    }
+                }
+                if let Some(i) = &c.image {
+                    l.push_str(", ");
+                    l.push_str(i);
+                }
+                Some(l)
+            }
+            None => self.command.as_deref().map(cmd),
+        }
     }
 
     /// The detailed report of `profiler run`.
@@ -534,10 +576,14 @@ pub fn live_table(rows: &[ExecReport]) -> String {
     );
     for r in rows {
         let top = r.processes.first().map(name).unwrap_or_default();
+        let exec = match r.container.as_ref().and_then(|c| c.name.as_ref()) {
+            Some(n) => n.clone(),
+            None => r.exec.clone(),
+        };
         let _ = writeln!(
             s,
             "{:<28} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}  {}",
-            truncate(&r.exec, 28),
+            truncate(&exec, 28),
             dur(r.wall_ns),
             dur(r.cpu.on_cpu_ns),
             dur(r.cpu.runq_delay_ns),

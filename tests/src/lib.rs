@@ -17,6 +17,7 @@ use std::{
 pub use serde_json::Value;
 
 pub mod backends;
+pub mod runtimes;
 
 /// The profiler binary under test (built by `cargo xtask test`, or named by PROFILER_BIN).
 pub fn profiler_bin() -> PathBuf {
@@ -291,18 +292,19 @@ impl Attached {
     /// Start `profiler attach --output json --cgroup <cg> <extra...>` and wait until it is
     /// attached.
     pub fn start(cg: &TestCgroup, extra: &[&str]) -> Self {
+        let mut args = vec!["--cgroup".to_owned(), cg.arg()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start_with(&args, &[])
+    }
+
+    /// Start `profiler attach --output json --top 0 <args...>` with extra environment
+    /// variables, and wait until it is attached.
+    pub fn start_with(args: &[String], env: &[(&str, &str)]) -> Self {
         require_root();
         let mut child = Command::new(profiler_bin())
-            .args([
-                "attach",
-                "--output",
-                "json",
-                "--top",
-                "0",
-                "--cgroup",
-                &cg.arg(),
-            ])
-            .args(extra)
+            .args(["attach", "--output", "json", "--top", "0"])
+            .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -372,6 +374,31 @@ impl Attached {
         }
     }
 
+    /// Wait until an ended record for which `pred` holds arrives.
+    pub fn wait_ended_where(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self
+                .records()
+                .into_iter()
+                .find(|r| r["state"] == "ended" && pred(r))
+            {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no final record of {what} within {timeout:?}; records: {:?}",
+                self.records()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Wait until `n` ended records have arrived.
     pub fn wait_ended_count(&self, n: usize, timeout: Duration) -> Vec<Value> {
         let deadline = Instant::now() + timeout;
@@ -414,6 +441,29 @@ impl Drop for Attached {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Run the profiler expecting failure, with extra environment variables: the exit code and
+/// stderr, which must be one line starting with "profiler: error: " (and no panic).
+pub fn fails_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = Command::new(profiler_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let code = out.status.code().unwrap_or(-1);
+    assert_ne!(code, 0, "{args:?} should fail: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: one line of error, got {err:?}");
+    assert!(lines[0].starts_with("profiler: error: "), "{err}");
+    (code, err)
+}
+
+/// [`fails_env`] without extra environment.
+pub fn fails(args: &[&str]) -> (i32, String) {
+    fails_env(args, &[])
 }
 
 /// Relative difference |a-b|/b.

@@ -496,19 +496,6 @@ fn run_reports_and_keeps_the_exit_code() {
     assert_eq!(out.status.code(), Some(127));
 }
 
-/// Run the profiler expecting failure; returns (exit code, stderr).
-fn fails(args: &[&str]) -> (i32, String) {
-    let out = Command::new(profiler_bin()).args(args).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let code = out.status.code().unwrap_or(-1);
-    assert_ne!(code, 0, "{args:?} should fail: {err}");
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{args:?}: one line of error, got {err:?}");
-    assert!(lines[0].starts_with("profiler: error: "), "{err}");
-    (code, err)
-}
-
 /// A named cgroup v1 hierarchy mounted for the test, unmounted on drop.
 struct V1Mount(std::path::PathBuf);
 

@@ -261,15 +261,41 @@ fn ensure_backends() -> Result<(PathBuf, PathBuf)> {
     let fresh = !prometheus.exists();
     ensure_debian_packages(&[("prometheus", "prometheus")])?;
     if fresh {
-        // The package enables a service on :9090 (started unless policy-rc.d forbids it); the
-        // tests run their own Prometheus: stop it.
-        if Path::new("/run/systemd/system").is_dir() {
-            run(Command::new("systemctl").args(["disable", "--now", "prometheus"]))?;
-        } else if Path::new("/run/prometheus/prometheus.pid").exists() {
-            run(Command::new("service").args(["prometheus", "stop"]))?;
-        }
+        // The package enables a service on :9090; the tests run their own Prometheus.
+        stop_service("prometheus", "/run/prometheus/prometheus.pid")?;
     }
     Ok((rotel, prometheus))
+}
+
+/// Stop a service that a package just installed and started (unless policy-rc.d forbade it):
+/// the tests start their own instances.
+fn stop_service(name: &str, pidfile: &str) -> Result<()> {
+    if Path::new("/run/systemd/system").is_dir() {
+        run(Command::new("systemctl").args(["disable", "--now", name]))
+    } else if Path::new(pidfile).exists() {
+        run(Command::new("service").args([name, "stop"]))
+    } else {
+        Ok(())
+    }
+}
+
+/// The container runtimes of the runtime tests, from Debian: dockerd (with BuildKit and
+/// containerd), runc, podman, and busybox-static for the images' root filesystem. The tests
+/// start their own daemons.
+fn ensure_runtimes() -> Result<()> {
+    let fresh = !Path::new("/usr/sbin/dockerd").exists();
+    ensure_debian_packages(&[
+        ("docker.io", "dockerd"),
+        ("containerd", "containerd"),
+        ("runc", "runc"),
+        ("podman", "podman"),
+        ("busybox-static", "busybox"),
+    ])?;
+    if fresh {
+        stop_service("docker", "/run/docker.pid")?;
+        stop_service("containerd", "/run/containerd/containerd.pid")?;
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------------
@@ -310,7 +336,10 @@ fn test(filter: Option<&str>) -> Result<()> {
     ])?;
     // The exporter tests check what real backends receive: rotel (OTLP) and Prometheus.
     let (rotel, prometheus) = ensure_backends()?;
+    ensure_runtimes()?;
     let bin = build(false)?;
+    // Workloads that run inside containers, which have no C library.
+    let static_bins = vmtest::build_static_bins()?;
     let mut unit = cargo();
     unit.args([
         "test",
@@ -333,7 +362,8 @@ fn test(filter: Option<&str>) -> Result<()> {
     e2e.args(["--test-threads=1", "--nocapture"])
         .env("PROFILER_BIN", &bin)
         .env("ROTEL_BIN", &rotel)
-        .env("PROMETHEUS_BIN", &prometheus);
+        .env("PROMETHEUS_BIN", &prometheus)
+        .env("PROFILER_STATIC_BINS", &static_bins);
     run(&mut e2e)
 }
 

@@ -281,8 +281,11 @@ struct Bins {
 
 const TARGET: &str = "x86_64-unknown-linux-gnu";
 
-fn build_static(work: &Path) -> Result<Bins> {
-    let target_dir = work.join("build");
+/// Build the statically linked profiler and test workloads (busy, netpeer) into
+/// target/vm/build; returns the directory holding them. The guests run them, and so do the
+/// host's container tests (a container has no C library).
+pub(crate) fn build_static_bins() -> Result<PathBuf> {
+    let target_dir = root().join("target/vm/build");
     let mut build = crate::cargo();
     build
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
@@ -300,6 +303,12 @@ fn build_static(work: &Path) -> Result<Bins> {
         .arg("--target-dir")
         .arg(&target_dir);
     run(&mut build)?;
+    Ok(target_dir.join(TARGET).join("release"))
+}
+
+fn build_static(work: &Path) -> Result<Bins> {
+    let target_dir = work.join("build");
+    build_static_bins()?;
     let mut t = crate::cargo();
     t.env("RUSTFLAGS", "-C target-feature=+crt-static")
         .args([

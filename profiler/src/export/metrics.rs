@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use profiler_common::{LAT_BUCKETS, lat_bucket_floor_ns};
 use regex::Regex;
 
-use crate::{cgroup_files::Sourced, report::ExecReport};
+use crate::{cgroup_files::Sourced, report::ExecReport, runtime::container_id};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -149,14 +149,38 @@ impl ExecAttributes {
         Ok(Self { pattern })
     }
 
-    pub fn of(&self, path: &str, cgroup_id: u64) -> Vec<(String, String)> {
+    /// The exec's attributes: its path and cgroup id, what its container runtime says of it
+    /// (OpenTelemetry's container.* names), the command of its first program, and the user
+    /// pattern's groups.
+    pub fn of(&self, r: &ExecReport) -> Vec<(String, String)> {
+        let path = r.exec.as_str();
         let mut a = vec![
             ("profiler.exec.path".to_owned(), path.to_owned()),
-            ("profiler.exec.cgroup_id".to_owned(), cgroup_id.to_string()),
+            (
+                "profiler.exec.cgroup_id".to_owned(),
+                r.cgroup_id.to_string(),
+            ),
         ];
-        if let Some(id) = container_id(path) {
-            a.push(("container.id".to_owned(), id));
+        let mut put = |k: &str, v: Option<&String>| {
+            if let Some(v) = v {
+                a.push((k.to_owned(), v.clone()));
+            }
+        };
+        match &r.container {
+            Some(c) => {
+                put("container.id", Some(&c.id));
+                put("container.name", c.name.as_ref());
+                put("container.image.name", c.image.as_ref());
+                put("container.runtime.name", Some(&c.runtime.to_owned()));
+            }
+            None => put("container.id", container_id(path).as_ref()),
         }
+        put(
+            "process.command_line",
+            r.command
+                .as_ref()
+                .or(r.container.as_ref().and_then(|c| c.command.as_ref())),
+        );
         if let Some(re) = &self.pattern
             && let Some(c) = re.captures(path)
         {
@@ -168,33 +192,6 @@ impl ExecAttributes {
         }
         a
     }
-}
-
-/// The container id a cgroup path holds: `docker-<id>.scope`, `cri-containerd-<id>.scope`,
-/// `crio-<id>.scope`, `libpod-<id>.scope`, or a path component that is a 64-hex id (docker's
-/// cgroupfs layout) or a buildkit exec id (25 lower-case base32 characters).
-pub fn container_id(path: &str) -> Option<String> {
-    for comp in path.rsplit('/') {
-        let c = comp.strip_suffix(".scope").unwrap_or(comp);
-        let c = [
-            "docker-",
-            "cri-containerd-",
-            "crio-",
-            "libpod-",
-            "containerd-",
-        ]
-        .iter()
-        .find_map(|p| c.strip_prefix(p))
-        .unwrap_or(c);
-        let hex64 = c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit());
-        let buildkit = c.len() == 25
-            && c.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        if hex64 || buildkit {
-            return Some(c.to_owned());
-        }
-    }
-    None
 }
 
 fn secs(ns: u64) -> f64 {
@@ -401,6 +398,7 @@ pub fn histogram_values(bounds: &[f64], counts: &[u64], sum: f64) -> Vec<(f64, u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::ContainerInfo;
 
     #[test]
     fn names_are_unique_and_units_set() {
@@ -416,31 +414,53 @@ mod tests {
     }
 
     #[test]
-    fn container_ids_from_paths() {
+    fn container_metadata_makes_attributes() {
         let h = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        assert_eq!(
-            container_id(&format!("system.slice/docker-{h}.scope")).as_deref(),
-            Some(h)
-        );
-        assert_eq!(
-            container_id(&format!("kubepods/pod1/cri-containerd-{h}.scope")).as_deref(),
-            Some(h)
-        );
-        assert_eq!(container_id(&format!("docker/{h}")).as_deref(), Some(h));
-        assert_eq!(
-            container_id("buildkit/k7yq3m2p9x4n8b6v1c5z0w2r8").as_deref(),
-            Some("k7yq3m2p9x4n8b6v1c5z0w2r8")
-        );
-        assert_eq!(container_id("ci/job-42/step-1"), None);
+        let by_path = ExecReport {
+            exec: format!("system.slice/docker-{h}.scope"),
+            ..Default::default()
+        };
+        let from_path = ExecAttributes::default().of(&by_path);
+        assert!(from_path.contains(&("container.id".into(), h.into())));
+        let r = ExecReport {
+            exec: h.into(),
+            container: Some(ContainerInfo {
+                runtime: "docker",
+                id: h.into(),
+                name: Some("pt-cpu".into()),
+                image: Some("pbase:1".into()),
+                command: Some("/bin/busy 100".into()),
+            }),
+            ..Default::default()
+        };
+        let v = ExecAttributes::default().of(&r);
+        for (k, want) in [
+            ("container.id", h),
+            ("container.name", "pt-cpu"),
+            ("container.image.name", "pbase:1"),
+            ("container.runtime.name", "docker"),
+            // No first program seen: the runtime's command stands in.
+            ("process.command_line", "/bin/busy 100"),
+        ] {
+            assert!(v.contains(&(k.into(), want.into())), "{k}: {v:?}");
+        }
     }
 
     #[test]
     fn user_pattern_makes_attributes() {
         let a = ExecAttributes::new(Some(r"^ci/(?P<job>[^/]+)/(?P<step>[^/]+)")).unwrap();
-        let v = a.of("ci/build-7/test", 9);
+        let r = ExecReport {
+            exec: "ci/build-7/test".into(),
+            cgroup_id: 9,
+            command: Some("make test".into()),
+            ..Default::default()
+        };
+        let v = a.of(&r);
         assert!(v.contains(&("job".into(), "build-7".into())));
         assert!(v.contains(&("step".into(), "test".into())));
         assert!(v.contains(&("profiler.exec.cgroup_id".into(), "9".into())));
+        assert!(v.contains(&("process.command_line".into(), "make test".into())));
+        assert!(!v.iter().any(|(k, _)| k.starts_with("container.")));
         assert!(ExecAttributes::new(Some("(")).is_err());
         assert!(ExecAttributes::new(Some("no-groups")).is_err());
     }

@@ -192,7 +192,7 @@ impl Exporters {
     }
 
     fn series(&self, r: &ExecReport) -> Arc<ExecSeries> {
-        Arc::new(ExecSeries::of(r, self.attrs.of(&r.exec, r.cgroup_id)))
+        Arc::new(ExecSeries::of(r, self.attrs.of(r)))
     }
 
     /// The running execs' figures so far (replaces the previous set).

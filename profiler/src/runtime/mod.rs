@@ -1,0 +1,735 @@
+//! Container runtimes: where each one puts its execs' cgroups, and what it says about each
+//! exec (container id, name, image, the command it started). Metadata is read once per exec,
+//! when its cgroup appears, on a thread of its own: never on the event loop, never on a hot
+//! path.
+//!
+//! Sources, by runtime:
+//! - docker: the Engine API on its unix socket (`GET /containers/ID/json`);
+//! - buildkit (dockerd's builder): the OCI bundle of each RUN step,
+//!   `<docker root>/buildkit/executor/ID/config.json`, which lives while the step runs;
+//! - podman: containers/storage's `containers.json` (name, image) and the container's
+//!   `userdata/config.json` (command);
+//! - containerd: the task bundle `<state>/io.containerd.runtime.v2.task/NS/ID/config.json`;
+//! - runc: its state `<root>/ID/state.json`, which names the bundle.
+
+mod docker;
+mod oci;
+mod podman;
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use crate::cgroup::Hierarchy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeKind {
+    /// Containers of dockerd.
+    Docker,
+    /// The RUN steps of `docker build` (dockerd's BuildKit).
+    Buildkit,
+    /// Containers of podman.
+    Podman,
+    /// Containers of containerd (ctr, nerdctl).
+    Containerd,
+}
+
+impl RuntimeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Docker => "docker",
+            Self::Buildkit => "buildkit",
+            Self::Podman => "podman",
+            Self::Containerd => "containerd",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct RuntimeArgs {
+    /// Watch the execs of this container runtime: its cgroup parent is found (and `--cgroup`
+    /// may still override it), and each exec is named from the runtime's metadata.
+    #[arg(long, value_enum, value_name = "NAME")]
+    pub runtime: Option<RuntimeKind>,
+    /// The runtime's API socket (docker: default $DOCKER_HOST or /var/run/docker.sock;
+    /// containerd: $CONTAINERD_ADDRESS or /run/containerd/containerd.sock).
+    #[arg(long, value_name = "SOCKET", requires = "runtime")]
+    pub runtime_endpoint: Option<PathBuf>,
+    /// The runtime's state directory (podman: its storage graphroot, default from
+    /// storage.conf; containerd: its state directory, default /run/containerd).
+    #[arg(long, value_name = "DIR", requires = "runtime")]
+    pub runtime_root: Option<PathBuf>,
+}
+
+/// What a runtime said about one exec.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ContainerInfo {
+    /// docker, buildkit, podman, containerd or runc.
+    pub runtime: &'static str,
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The command the runtime started (entrypoint and arguments; a RUN step's command).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+/// The outcome of one exec's lookup.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lookup {
+    Found(ContainerInfo),
+    /// The exec's cgroup does not name a container of any runtime looked at.
+    NotContainer,
+    /// It names a container whose metadata could not be read: why.
+    Missing(String),
+}
+
+/// Longest command kept (a bound on record and attribute size).
+const COMMAND_CHARS: usize = 1024;
+
+/// argv words to one string, bounded.
+fn command_line<S: AsRef<str>>(words: &[S]) -> Option<String> {
+    let s = words
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(" ");
+    if s.is_empty() {
+        return None;
+    }
+    Some(if s.chars().count() > COMMAND_CHARS {
+        let mut t: String = s.chars().take(COMMAND_CHARS - 1).collect();
+        t.push('…');
+        t
+    } else {
+        s
+    })
+}
+
+/// What an exec's cgroup name says about the container in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Candidate<'a> {
+    /// A 64-hex id: docker, podman, containerd and runc all use these.
+    Hex(&'a str),
+    /// `docker-ID.scope` (docker with the systemd cgroup driver).
+    Docker(&'a str),
+    /// A BuildKit exec id (25 lower-case base32 characters), under `buildkit/` or as
+    /// `docker-ID.scope`.
+    BuildkitStep(&'a str),
+    /// `libpod-ID`; `conmon` for podman's monitor process (`libpod-conmon-ID.scope`).
+    Podman { id: &'a str, conmon: bool },
+    /// `cri-containerd-ID.scope`, `nerdctl-ID.scope`.
+    Containerd(&'a str),
+    /// Any other name: a containerd or runc container id, or no container at all.
+    Plain(&'a str),
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn is_buildkit_id(s: &str) -> bool {
+    s.len() == 25
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// The container an exec's path (relative to the attached cgroup) names, from its last
+/// component.
+fn candidate(path: &str) -> Option<Candidate<'_>> {
+    let mut comps = path.rsplit('/');
+    let last = comps.next().filter(|c| !c.is_empty() && *c != ".")?;
+    let parent = comps.next();
+    let name = last.strip_suffix(".scope").unwrap_or(last);
+    if let Some(id) = name.strip_prefix("docker-") {
+        if is_hex64(id) {
+            return Some(Candidate::Docker(id));
+        }
+        if is_buildkit_id(id) {
+            return Some(Candidate::BuildkitStep(id));
+        }
+    }
+    if let Some(id) = name.strip_prefix("libpod-conmon-") {
+        return Some(Candidate::Podman { id, conmon: true });
+    }
+    if let Some(id) = name.strip_prefix("libpod-") {
+        return Some(Candidate::Podman { id, conmon: false });
+    }
+    for p in ["cri-containerd-", "nerdctl-"] {
+        if let Some(id) = name.strip_prefix(p) {
+            return Some(Candidate::Containerd(id));
+        }
+    }
+    if is_hex64(name) {
+        return Some(Candidate::Hex(name));
+    }
+    if is_buildkit_id(name) && parent == Some("buildkit") {
+        return Some(Candidate::BuildkitStep(name));
+    }
+    Some(Candidate::Plain(name))
+}
+
+/// The container id an exec's path names, when it names one by a pattern the runtimes use
+/// (`docker-ID.scope`, `libpod-ID`, a 64-hex id, a BuildKit step id, `crio-ID.scope`, ...).
+pub fn container_id(path: &str) -> Option<String> {
+    for comp in path.rsplit('/') {
+        let c = comp.strip_suffix(".scope").unwrap_or(comp);
+        let c = [
+            "docker-",
+            "cri-containerd-",
+            "crio-",
+            "libpod-",
+            "containerd-",
+        ]
+        .iter()
+        .find_map(|p| c.strip_prefix(p))
+        .unwrap_or(c);
+        if is_hex64(c) || is_buildkit_id(c) {
+            return Some(c.to_owned());
+        }
+    }
+    None
+}
+
+/// One place metadata can come from.
+enum Source {
+    Docker(docker::Api),
+    /// BuildKit's executor directory: one OCI bundle per running step.
+    Buildkit(PathBuf),
+    Podman(podman::Storage),
+    Containerd {
+        state: PathBuf,
+        namespace: String,
+    },
+    /// runc's state root (`runc --root`).
+    Runc(PathBuf),
+}
+
+impl Source {
+    /// Look `cand` up. None: this source does not know it (another may).
+    fn lookup(&self, cand: Candidate<'_>) -> Option<Result<ContainerInfo, String>> {
+        use Candidate as C;
+        match (self, cand) {
+            (Source::Docker(api), C::Hex(id) | C::Docker(id)) => api.inspect(id).transpose(),
+            (Source::Buildkit(dir), C::BuildkitStep(id)) => Some(
+                oci::Bundle::read(&dir.join(id))
+                    .map(|b| ContainerInfo {
+                        runtime: "buildkit",
+                        id: id.to_owned(),
+                        name: None,
+                        image: None,
+                        command: b.command(),
+                    })
+                    .map_err(|e| {
+                        format!(
+                            "buildkit: the bundle of step {id} could not be read (the step \
+                             may have ended first): {e}"
+                        )
+                    }),
+            ),
+            (Source::Podman(s), C::Hex(id)) => s.lookup(id, false).transpose(),
+            (Source::Podman(s), C::Podman { id, conmon }) => s.lookup(id, conmon).transpose(),
+            (
+                Source::Containerd { state, namespace },
+                C::Hex(id) | C::Containerd(id) | C::Plain(id),
+            ) => {
+                let dir = state
+                    .join("io.containerd.runtime.v2.task")
+                    .join(namespace)
+                    .join(id);
+                match oci::Bundle::read(&dir) {
+                    Ok(b) => Some(Ok(b.containerd_info(id))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => Some(Err(format!(
+                        "containerd: the bundle of {id} could not be read: {e}"
+                    ))),
+                }
+            }
+            (Source::Runc(root), C::Hex(id) | C::Plain(id)) => oci::runc_state(root, id),
+            _ => None,
+        }
+    }
+}
+
+/// Which runtime a lookup is for, and where the answers come from.
+struct Sources {
+    list: Vec<Source>,
+    /// The runtime the user named: a container it does not know is then worth a note.
+    named: Option<RuntimeKind>,
+}
+
+impl Sources {
+    /// Whether a container that was not found may still appear: runc's state is written
+    /// after the container's cgroup is made.
+    fn may_appear(&self, path: &str) -> bool {
+        matches!(
+            candidate(path),
+            Some(Candidate::Plain(_) | Candidate::Hex(_))
+        ) && self.list.iter().any(|s| matches!(s, Source::Runc(_)))
+    }
+
+    fn resolve(&self, path: &str) -> Lookup {
+        let Some(cand) = candidate(path) else {
+            return Lookup::NotContainer;
+        };
+        let mut failure = None;
+        for s in &self.list {
+            match s.lookup(cand) {
+                Some(Ok(info)) => return Lookup::Found(info),
+                Some(Err(why)) => {
+                    failure.get_or_insert(why);
+                }
+                None => {}
+            }
+        }
+        if let Some(why) = failure {
+            return Lookup::Missing(why);
+        }
+        // A name shaped by a runtime, or any exec of a runtime the user named, that no source
+        // knows: say so; an unremarkable name under auto-detection is just not a container.
+        let shaped = !matches!(cand, Candidate::Plain(_));
+        match (self.named, shaped) {
+            (Some(k), _) => Lookup::Missing(format!(
+                "{}: no container or step {} is known (it may have been removed before it \
+                 was read)",
+                k.name(),
+                path.rsplit('/').next().unwrap_or(path)
+            )),
+            (None, true) if !self.list.is_empty() => Lookup::Missing(format!(
+                "no runtime found here knows container {}",
+                path.rsplit('/').next().unwrap_or(path)
+            )),
+            _ => Lookup::NotContainer,
+        }
+    }
+}
+
+/// The runtime the user named, connected: where its execs are, and how to name them.
+pub struct Connected {
+    /// The runtime's cgroup parent (absolute, on the v2 mount): its execs are the children.
+    pub cgroup_parent: PathBuf,
+    /// True when the parent follows the systemd driver's layout (a slice systemd owns).
+    pub systemd: bool,
+    /// How the runtime was found, said once at start.
+    pub describe: String,
+}
+
+/// Reads runtime metadata on its own thread.
+pub struct Resolver {
+    requests: mpsc::Sender<(u64, String)>,
+    answers: mpsc::Receiver<(u64, Lookup)>,
+}
+
+impl Resolver {
+    /// Connect to the runtime named in `args` (checking that it runs), or find the runtimes
+    /// present here when none is named. The work runs on the resolver's thread, so that a
+    /// blocking HTTP client never runs on the event loop.
+    pub fn start(args: &RuntimeArgs, h: &Hierarchy) -> Result<(Self, Option<Connected>)> {
+        let (req_tx, req_rx) = mpsc::channel::<(u64, String)>();
+        let (ans_tx, ans_rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let args = args.clone();
+        let mount = h.mount.clone();
+        thread::Builder::new()
+            .name("runtime-metadata".into())
+            .spawn(move || {
+                let sources = match args.runtime {
+                    Some(kind) => match connect(kind, &args, &mount) {
+                        Ok((sources, connected)) => {
+                            let _ = ready_tx.send(Ok(Some(connected)));
+                            sources
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    },
+                    None => {
+                        let s = detect();
+                        let _ = ready_tx.send(Ok(None));
+                        s
+                    }
+                };
+                serve(&sources, &req_rx, &ans_tx);
+            })
+            .context("cannot start the metadata thread")?;
+        let connected = ready_rx
+            .recv()
+            .map_err(|_| anyhow!("the metadata thread ended before it was ready"))??;
+        Ok((
+            Self {
+                requests: req_tx,
+                answers: ans_rx,
+            },
+            connected,
+        ))
+    }
+
+    /// Ask for the metadata of an exec (its path relative to the attached cgroup).
+    pub fn request(&self, exec_id: u64, path: &str) {
+        let _ = self.requests.send((exec_id, path.to_owned()));
+    }
+
+    /// The answers that have arrived.
+    pub fn answers(&self) -> Vec<(u64, Lookup)> {
+        self.answers.try_iter().collect()
+    }
+}
+
+/// When to look again for a container that was not found: runc writes its state only after
+/// it made the container's cgroup.
+const RETRIES: [Duration; 4] = [
+    Duration::from_millis(10),
+    Duration::from_millis(50),
+    Duration::from_millis(250),
+    Duration::from_secs(1),
+];
+/// Most lookups waiting for a retry (each a few file opens).
+const MAX_RETRIES_WAITING: usize = 10_000;
+
+/// Answer each request at once; look again later for those not found where a runtime may
+/// still write its state, and send a second answer if they turn up.
+fn serve(
+    sources: &Sources,
+    requests: &mpsc::Receiver<(u64, String)>,
+    answers: &mpsc::Sender<(u64, Lookup)>,
+) {
+    // (when, exec, path, retries done)
+    let mut waiting: Vec<(Instant, u64, String, usize)> = Vec::new();
+    loop {
+        let next = waiting.iter().map(|w| w.0).min();
+        let got = match next {
+            Some(t) => requests.recv_timeout(t.saturating_duration_since(Instant::now())),
+            None => requests
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match got {
+            Ok((id, path)) => {
+                let l = sources.resolve(&path);
+                if l == Lookup::NotContainer
+                    && sources.may_appear(&path)
+                    && waiting.len() < MAX_RETRIES_WAITING
+                {
+                    waiting.push((Instant::now() + RETRIES[0], id, path, 0));
+                }
+                if answers.send((id, l)).is_err() {
+                    return;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        let now = Instant::now();
+        let mut i = 0;
+        while i < waiting.len() {
+            if waiting[i].0 > now {
+                i += 1;
+                continue;
+            }
+            let (_, id, path, done) = waiting.swap_remove(i);
+            let l = sources.resolve(&path);
+            if matches!(l, Lookup::Found(_)) {
+                if answers.send((id, l)).is_err() {
+                    return;
+                }
+            } else if done + 1 < RETRIES.len() {
+                waiting.push((now + RETRIES[done + 1], id, path, done + 1));
+            }
+        }
+    }
+}
+
+/// How long one metadata request may take.
+const API_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connect to the named runtime: check it is there and running, find its cgroup parent.
+fn connect(kind: RuntimeKind, args: &RuntimeArgs, mount: &Path) -> Result<(Sources, Connected)> {
+    let systemd_host = Path::new("/run/systemd/system").is_dir();
+    let (list, parent, systemd, describe) = match kind {
+        RuntimeKind::Docker | RuntimeKind::Buildkit => {
+            let socket = docker_socket(args)?;
+            let api = docker::Api::new(&socket, API_TIMEOUT)?;
+            let info = api.info()?;
+            let systemd = info.cgroup_driver == "systemd";
+            let parent = default_parent(kind, systemd).unwrap_or_default().to_owned();
+            let executor = info.root_dir.join("buildkit/executor");
+            let describe = format!(
+                "{} via dockerd at {} ({} cgroup driver, data root {})",
+                kind.name(),
+                socket.display(),
+                info.cgroup_driver,
+                info.root_dir.display()
+            );
+            (
+                vec![Source::Docker(api), Source::Buildkit(executor)],
+                parent,
+                systemd,
+                describe,
+            )
+        }
+        RuntimeKind::Podman => {
+            let storage = podman::Storage::find(args.runtime_root.as_deref())?;
+            let systemd = podman::cgroup_manager_is_systemd(systemd_host);
+            let parent = default_parent(kind, systemd).unwrap_or_default().to_owned();
+            let describe = format!(
+                "podman with storage at {} ({} cgroup manager)",
+                storage.root().display(),
+                if systemd { "systemd" } else { "cgroupfs" }
+            );
+            (vec![Source::Podman(storage)], parent, systemd, describe)
+        }
+        RuntimeKind::Containerd => {
+            let socket = args
+                .runtime_endpoint
+                .clone()
+                .or_else(|| env::var_os("CONTAINERD_ADDRESS").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("/run/containerd/containerd.sock"));
+            check_socket(
+                "containerd",
+                &socket,
+                "start containerd, or pass --runtime-endpoint",
+            )?;
+            let state = args
+                .runtime_root
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/run/containerd"));
+            if let Err(e) = std::fs::read_dir(&state) {
+                bail!(
+                    "containerd's state directory {} cannot be read ({e}); pass --runtime-root",
+                    state.display()
+                );
+            }
+            let namespace = env::var("CONTAINERD_NAMESPACE").unwrap_or_else(|_| "default".into());
+            let describe = format!(
+                "containerd at {} (namespace {namespace}, state {})",
+                socket.display(),
+                state.display()
+            );
+            // ctr and nerdctl (cgroupfs) put a container at /<namespace>/<id>.
+            let parent = default_parent(kind, false).unwrap_or(&namespace).to_owned();
+            (
+                vec![Source::Containerd { state, namespace }],
+                parent,
+                false,
+                describe,
+            )
+        }
+    };
+    Ok((
+        Sources {
+            list,
+            named: Some(kind),
+        },
+        Connected {
+            cgroup_parent: mount.join(parent),
+            systemd,
+            describe,
+        },
+    ))
+}
+
+/// Where a runtime puts its execs by default, relative to the v2 root, by cgroup driver
+/// (containerd: in a directory named after its namespace). dockerd's --cgroup-parent changes
+/// docker's: then --cgroup says where. dockerd's BuildKit puts its steps in
+/// <parent>/buildkit/ID, and with the systemd driver in <slice>/docker-ID.scope beside the
+/// containers.
+fn default_parent(kind: RuntimeKind, systemd: bool) -> Option<&'static str> {
+    Some(match (kind, systemd) {
+        (RuntimeKind::Docker | RuntimeKind::Buildkit, true) => "system.slice",
+        (RuntimeKind::Docker, false) => "docker",
+        (RuntimeKind::Buildkit, false) => "docker/buildkit",
+        (RuntimeKind::Podman, true) => "machine.slice",
+        (RuntimeKind::Podman, false) => "libpod_parent",
+        (RuntimeKind::Containerd, _) => return None,
+    })
+}
+
+/// dockerd's socket: --runtime-endpoint, $DOCKER_HOST (unix:// only), /var/run/docker.sock.
+fn docker_socket(args: &RuntimeArgs) -> Result<PathBuf> {
+    let socket = match (&args.runtime_endpoint, env::var("DOCKER_HOST")) {
+        (Some(p), _) => p.clone(),
+        (None, Ok(h)) if !h.is_empty() => match h.strip_prefix("unix://") {
+            Some(p) => PathBuf::from(p),
+            None => bail!(
+                "DOCKER_HOST={h} is not a unix socket: the profiler runs on the docker host; \
+                 point DOCKER_HOST or --runtime-endpoint at dockerd's socket"
+            ),
+        },
+        _ => PathBuf::from("/var/run/docker.sock"),
+    };
+    check_socket(
+        "docker",
+        &socket,
+        "start dockerd, or point DOCKER_HOST or --runtime-endpoint at its socket",
+    )?;
+    Ok(socket)
+}
+
+/// A runtime's socket must exist and accept a connection.
+fn check_socket(runtime: &str, socket: &Path, fix: &str) -> Result<()> {
+    match std::os::unix::net::UnixStream::connect(socket) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "no such socket".to_owned(),
+                std::io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+                _ => e.to_string(),
+            };
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                bail!("cannot connect to {runtime} at {}: {why}", socket.display());
+            }
+            bail!(
+                "{runtime} is not running: cannot connect to {} ({why}); {fix}",
+                socket.display()
+            )
+        }
+    }
+}
+
+/// The runtimes present here, for naming the execs of a plain `--cgroup` (nothing is said
+/// when one is missing).
+fn detect() -> Sources {
+    let mut list = Vec::new();
+    if let Ok(socket) = docker_socket(&RuntimeArgs::default())
+        && let Ok(api) = docker::Api::new(&socket, API_TIMEOUT)
+        && let Ok(info) = api.info()
+    {
+        list.push(Source::Docker(api));
+        list.push(Source::Buildkit(info.root_dir.join("buildkit/executor")));
+    }
+    if let Ok(storage) = podman::Storage::find(None)
+        && storage.exists()
+    {
+        list.push(Source::Podman(storage));
+    }
+    let state = PathBuf::from("/run/containerd");
+    if state.join("io.containerd.runtime.v2.task").is_dir() {
+        let namespace = env::var("CONTAINERD_NAMESPACE").unwrap_or_else(|_| "default".into());
+        list.push(Source::Containerd { state, namespace });
+    }
+    // runc makes its state root at its first container: look there whether it exists now
+    // or not (a lookup of an exec that is not runc's is one failed open).
+    list.push(Source::Runc(PathBuf::from("/run/runc")));
+    Sources { list, named: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: &str = "0a1188119143a8afe519940fd63a06514bf659cb2a5ffb3ddd6aa0a5f54f038b";
+
+    #[test]
+    fn candidates_from_cgroup_names() {
+        assert_eq!(candidate(H), Some(Candidate::Hex(H)));
+        assert_eq!(
+            candidate(&format!("docker-{H}.scope")),
+            Some(Candidate::Docker(H))
+        );
+        let bk = "nqen0192luj2j37s2orq02o28";
+        assert_eq!(candidate(bk), Some(Candidate::Plain(bk)));
+        assert_eq!(
+            candidate(&format!("buildkit/{bk}")),
+            Some(Candidate::BuildkitStep(bk))
+        );
+        assert_eq!(
+            candidate(&format!("docker-{bk}.scope")),
+            Some(Candidate::BuildkitStep(bk))
+        );
+        assert_eq!(
+            candidate(&format!("libpod-{H}")),
+            Some(Candidate::Podman {
+                id: H,
+                conmon: false
+            })
+        );
+        assert_eq!(
+            candidate(&format!("libpod-conmon-{H}.scope")),
+            Some(Candidate::Podman {
+                id: H,
+                conmon: true
+            })
+        );
+        assert_eq!(
+            candidate(&format!("kubepods/pod1/cri-containerd-{H}.scope")),
+            Some(Candidate::Containerd(H))
+        );
+        assert_eq!(candidate("ci/step-1"), Some(Candidate::Plain("step-1")));
+        assert_eq!(candidate("."), None);
+    }
+
+    #[test]
+    fn container_ids_from_paths() {
+        assert_eq!(
+            container_id(&format!("system.slice/docker-{H}.scope")).as_deref(),
+            Some(H)
+        );
+        assert_eq!(
+            container_id(&format!("kubepods/pod1/cri-containerd-{H}.scope")).as_deref(),
+            Some(H)
+        );
+        assert_eq!(container_id(&format!("docker/{H}")).as_deref(), Some(H));
+        assert_eq!(
+            container_id("buildkit/k7yq3m2p9x4n8b6v1c5z0w2r8").as_deref(),
+            Some("k7yq3m2p9x4n8b6v1c5z0w2r8")
+        );
+        assert_eq!(container_id("ci/job-42/step-1"), None);
+    }
+
+    #[test]
+    fn cgroup_parents_by_driver() {
+        use RuntimeKind::*;
+        assert_eq!(default_parent(Docker, false), Some("docker"));
+        assert_eq!(default_parent(Buildkit, false), Some("docker/buildkit"));
+        // systemd driver: scopes in the slice, named docker-ID.scope for steps too.
+        assert_eq!(default_parent(Docker, true), Some("system.slice"));
+        assert_eq!(default_parent(Buildkit, true), Some("system.slice"));
+        assert_eq!(default_parent(Podman, false), Some("libpod_parent"));
+        assert_eq!(default_parent(Podman, true), Some("machine.slice"));
+        assert_eq!(default_parent(Containerd, false), None);
+    }
+
+    #[test]
+    fn commands_are_bounded() {
+        assert_eq!(
+            command_line(&["/bin/sh", "-c", "true"]).as_deref(),
+            Some("/bin/sh -c true")
+        );
+        assert_eq!(command_line::<&str>(&[]), None);
+        let long = "x".repeat(5000);
+        assert_eq!(
+            command_line(&[long.as_str()]).unwrap().chars().count(),
+            COMMAND_CHARS
+        );
+    }
+
+    #[test]
+    fn a_named_runtime_reports_unknown_execs() {
+        let s = Sources {
+            list: vec![Source::Runc(PathBuf::from("/nonexistent-runc-root"))],
+            named: Some(RuntimeKind::Containerd),
+        };
+        assert!(matches!(s.resolve("step"), Lookup::Missing(_)));
+        let auto = Sources {
+            list: vec![Source::Runc(PathBuf::from("/nonexistent-runc-root"))],
+            named: None,
+        };
+        assert_eq!(auto.resolve("step"), Lookup::NotContainer);
+        assert!(matches!(
+            auto.resolve(&format!("docker-{H}.scope")),
+            Lookup::Missing(_)
+        ));
+        assert_eq!(auto.resolve("."), Lookup::NotContainer);
+    }
+}

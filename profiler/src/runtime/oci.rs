@@ -1,0 +1,140 @@
+//! OCI bundles (`config.json`, the runtime spec a container is started from) and runc's
+//! state, which names a container's bundle.
+
+use std::{fs, io, path::Path};
+
+use serde_json::Value;
+
+use super::{ContainerInfo, command_line};
+
+/// The parts of a bundle's config.json that name what ran.
+pub struct Bundle {
+    args: Vec<String>,
+    annotations: serde_json::Map<String, Value>,
+}
+
+impl Bundle {
+    /// Read `<dir>/config.json`. NotFound when the bundle is gone (its container ended).
+    pub fn read(dir: &Path) -> io::Result<Self> {
+        let text = fs::read(dir.join("config.json"))?;
+        let v: Value = serde_json::from_slice(&text)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        Ok(Self::from_spec(&v))
+    }
+
+    fn from_spec(v: &Value) -> Self {
+        let args = v["process"]["args"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let annotations = v["annotations"].as_object().cloned().unwrap_or_default();
+        Self { args, annotations }
+    }
+
+    pub fn command(&self) -> Option<String> {
+        command_line(&self.args)
+    }
+
+    fn annotation(&self, key: &str) -> Option<String> {
+        self.annotations
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    }
+
+    /// A containerd task's metadata: the CRI plugin annotates name and image; ctr and nerdctl
+    /// containers have only their id.
+    pub fn containerd_info(&self, id: &str) -> ContainerInfo {
+        ContainerInfo {
+            runtime: "containerd",
+            id: id.to_owned(),
+            name: self.annotation("io.kubernetes.cri.container-name"),
+            image: self.annotation("io.kubernetes.cri.image-name"),
+            command: self.command(),
+        }
+    }
+}
+
+/// A runc container's metadata from `<root>/<id>/state.json`; None when runc there has no
+/// such container.
+pub fn runc_state(root: &Path, id: &str) -> Option<Result<ContainerInfo, String>> {
+    let text = match fs::read(root.join(id).join("state.json")) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(Err(format!("runc: cannot read the state of {id}: {e}"))),
+    };
+    let state: Value = match serde_json::from_slice(&text) {
+        Ok(v) => v,
+        Err(e) => return Some(Err(format!("runc: bad state of {id}: {e}"))),
+    };
+    // runc records the bundle as a label: "bundle=/path/to/bundle".
+    let bundle = state["config"]["labels"].as_array().and_then(|l| {
+        l.iter()
+            .filter_map(Value::as_str)
+            .find_map(|s| s.strip_prefix("bundle="))
+            .map(str::to_owned)
+    });
+    let command = bundle
+        .and_then(|b| Bundle::read(Path::new(&b)).ok())
+        .and_then(|b| b.command());
+    Some(Ok(ContainerInfo {
+        runtime: "runc",
+        id: id.to_owned(),
+        name: None,
+        image: None,
+        command,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_gives_command_and_cri_annotations() {
+        let v: Value = serde_json::from_str(
+            r#"{"process":{"args":["/bin/sh","-c","make -j2"]},
+                "annotations":{"io.kubernetes.cri.container-name":"build",
+                               "io.kubernetes.cri.image-name":"docker.io/library/gcc:13"}}"#,
+        )
+        .unwrap();
+        let b = Bundle::from_spec(&v);
+        assert_eq!(b.command().as_deref(), Some("/bin/sh -c make -j2"));
+        let c = b.containerd_info("x1");
+        assert_eq!(c.name.as_deref(), Some("build"));
+        assert_eq!(c.image.as_deref(), Some("docker.io/library/gcc:13"));
+        let bare = Bundle::from_spec(&serde_json::json!({"process":{"args":["true"]}}));
+        assert_eq!(bare.containerd_info("x2").name, None);
+    }
+
+    #[test]
+    fn runc_state_names_the_bundle() {
+        let dir = std::env::temp_dir().join(format!("profiler-oci-test-{}", std::process::id()));
+        let bundle = dir.join("bundle");
+        fs::create_dir_all(dir.join("root/c1")).unwrap();
+        fs::create_dir_all(&bundle).unwrap();
+        fs::write(
+            bundle.join("config.json"),
+            r#"{"process":{"args":["/bin/busy","200000"]}}"#,
+        )
+        .unwrap();
+        fs::write(
+            dir.join("root/c1/state.json"),
+            format!(
+                r#"{{"id":"c1","config":{{"labels":["bundle={}"]}}}}"#,
+                bundle.display()
+            ),
+        )
+        .unwrap();
+        let c = runc_state(&dir.join("root"), "c1").unwrap().unwrap();
+        assert_eq!(c.runtime, "runc");
+        assert_eq!(c.command.as_deref(), Some("/bin/busy 200000"));
+        assert!(runc_state(&dir.join("root"), "c2").is_none());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,499 @@
+//! Real container runtimes as the execs under test: dockerd's containers and its BuildKit's
+//! RUN steps, podman, containerd (ctr) and runc. Each test starts its own daemon (state under
+//! target/ and /run), imports an image made from a local root filesystem (no registry), and
+//! runs containers with networking off (own namespace, loopback only). Ground truth: the
+//! sizes the workloads write with O_DIRECT, the CPU time of each container's cgroup as the
+//! kernel's cgroup accounting shows it from inside at the workload's end (`cpustat`), the
+//! parent cgroup's cpu.stat over a whole build, the number of processes a step ran, and the
+//! bytes `netpeer` moved.
+
+use std::fs;
+
+use profiler_tests::{runtimes::*, *};
+
+const MIB: u64 = 1 << 20;
+
+/// The record's container field `k` (None when absent).
+fn container<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
+    r["container"][k].as_str()
+}
+
+/// On-CPU of an exec against the kernel's cgroup accounting of it: the CPU time its cgroup
+/// showed at the workload's end (the tail and exit come after: at most 2% and 5 ms more),
+/// or its parent's whole usage when it ran there alone (within 1%).
+fn check_cpu(what: &str, rec: &Value, truth_ns: u64) {
+    let oncpu = u(&rec["cpu"]["on_cpu_ns"]);
+    report(
+        &format!("{what} on-CPU vs its cgroup at the end"),
+        oncpu as f64,
+        truth_ns as f64,
+    );
+    assert!(
+        oncpu as f64 >= truth_ns as f64 * 0.99 && oncpu as f64 <= truth_ns as f64 * 1.02 + 5e6,
+        "{what}: on-CPU {oncpu} ns vs its cgroup's {truth_ns} ns: {rec}"
+    );
+}
+
+/// Written bytes of a direct-IO workload: the size written, plus at most 1% (metadata).
+fn check_written(what: &str, rec: &Value, n: u64) {
+    let w = u(&rec["disk"]["write_bytes"]);
+    report(&format!("{what} disk write bytes"), w as f64, n as f64);
+    assert!(
+        w >= n && rel_err(w as f64, n as f64) <= 0.01,
+        "{what}: wrote {w} B for {n} B: {rec}"
+    );
+}
+
+/// A container workload: spin, write 16 MiB with O_DIRECT, print the cgroup's CPU time.
+const WORK: &str = "busy 300000 && dd if=/dev/zero of=/io bs=1M count=16 oflag=direct status=none && rm /io && cpustat";
+
+/// Test 1: docker containers are execs of `--runtime docker`, named from the Engine API,
+/// with exact bytes and CPU; a container that lives a few milliseconds is named too; a cgroup
+/// that docker does not know is still reported, with a note; the names reach the exported
+/// metrics.
+#[test]
+fn docker_containers_are_execs_named_by_docker() {
+    let d = Dockerd::start();
+    d.docker_ok(&["import", base_image_tar().to_str().unwrap(), "pbase:1"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let prom = format!("127.0.0.1:{port}");
+    let p = Attached::start_with(
+        &[
+            "--runtime".into(),
+            "docker".into(),
+            "--runtime-endpoint".into(),
+            d.socket.display().to_string(),
+            "--prometheus".into(),
+            prom.clone(),
+        ],
+        &[],
+    );
+    let pid = std::process::id();
+    let name = format!("pt-work-{pid}");
+    let out = d.docker_ok(&[
+        "run",
+        "--name",
+        &name,
+        "--network",
+        "none",
+        "pbase:1",
+        "sh",
+        "-c",
+        WORK,
+    ]);
+    let truth = cpu_ns_lines(&out)[0];
+    let id = d.docker_ok(&["inspect", "-f", "{{.Id}}", &name]);
+    let id = id.trim();
+    let rec = p.wait_ended_where(&name, secs(30), |r| container(r, "name") == Some(&name));
+    assert_eq!(rec["exec"], id, "the exec is the container's cgroup: {rec}");
+    assert_eq!(container(&rec, "runtime"), Some("docker"));
+    assert_eq!(container(&rec, "id"), Some(id));
+    assert_eq!(container(&rec, "image"), Some("pbase:1"));
+    assert_eq!(
+        container(&rec, "command"),
+        Some(format!("sh -c {WORK}").as_str())
+    );
+    assert_eq!(rec["command"], format!("sh -c {WORK}"), "first program");
+    assert_eq!(rec["network"]["namespace"], "own", "{}", rec["network"]);
+    check_written("docker container", &rec, 16 * MIB);
+    check_cpu("docker container", &rec, truth);
+
+    // A container of a few milliseconds, removed at once: named all the same.
+    let short = format!("pt-short-{pid}");
+    d.docker_ok(&[
+        "run",
+        "--rm",
+        "--name",
+        &short,
+        "--network",
+        "none",
+        "pbase:1",
+        "true",
+    ]);
+    let rec = p.wait_ended_where(&short, secs(30), |r| container(r, "name") == Some(&short));
+    assert_eq!(container(&rec, "command"), Some("true"));
+    assert!(u(&rec["cpu"]["on_cpu_ns"]) > 0, "{rec}");
+
+    // A cgroup that looks like a container but that docker does not know.
+    let ghost = v2_mount().join("docker").join("0".repeat(64));
+    fs::create_dir(&ghost).unwrap();
+    let _cleanup = Removed(ghost.clone());
+    let gid = cgroup_id(&ghost);
+    run_in(&ghost, &["sleep", "0.05"]);
+    rmdir(&ghost);
+    let rec = p.wait_ended(gid, secs(30));
+    assert!(rec.get("container").is_none(), "{rec}");
+    assert!(
+        rec["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("container metadata unavailable: docker")),
+        "{rec}"
+    );
+    assert!(u(&rec["cpu"]["on_cpu_ns"]) > 0, "{rec}");
+
+    // The exported series carry the names (Prometheus text: dots become underscores).
+    let (status, body) = backends::http_get(&prom, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("container_cpu_time_seconds_total") && l.contains(&name))
+        .unwrap_or_else(|| panic!("no series of {name}: {body}"));
+    for label in [
+        format!("container_name=\"{name}\""),
+        "container_image_name=\"pbase:1\"".to_owned(),
+        "container_runtime_name=\"docker\"".to_owned(),
+        format!("container_id=\"{id}\""),
+        "process_command_line=\"sh -c busy 300000".to_owned(),
+    ] {
+        assert!(line.contains(&label), "{label} missing: {line}");
+    }
+    let (code, _, _) = p.stop();
+    assert_eq!(code, 0);
+}
+
+/// Removes a cgroup directory on drop (when a test fails before it does).
+struct Removed(std::path::PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            remove_tree(&self.0);
+        }
+    }
+}
+
+/// The text printed for each step of a `--progress plain` build: step number -> (its header,
+/// its output lines).
+fn steps_of(build: &str) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for line in build.lines() {
+        let Some((num, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        if !num.starts_with('#') {
+            continue;
+        }
+        if rest.starts_with('[') {
+            headers.push((num.to_owned(), rest.to_owned()));
+        }
+    }
+    headers
+        .into_iter()
+        .map(|(num, header)| {
+            let out: String = build
+                .lines()
+                .filter(|l| l.starts_with(&format!("{num} ")))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            (header, out)
+        })
+        .collect()
+}
+
+/// Test 2: each RUN step of a `docker build` is an exec of `--runtime buildkit`, in its own
+/// network namespace, named by its command, with exact figures: 32 MiB of direct writes, a
+/// CPU-bound step against its cgroup's CPU time, a 2 ms step, 50 short processes, a loopback
+/// transfer; all steps together against the BuildKit parent's cpu.stat.
+#[test]
+fn buildkit_steps_are_execs_with_exact_figures() {
+    let d = Dockerd::start();
+    d.docker_ok(&["import", base_image_tar().to_str().unwrap(), "pbase:1"]);
+    let host = d.host();
+    // DOCKER_HOST, as a user's shell would have it.
+    let p = Attached::start_with(
+        &["--runtime".into(), "buildkit".into()],
+        &[("DOCKER_HOST", &host)],
+    );
+    let parent = v2_mount().join("docker/buildkit");
+    let usage0 = cpu_usage_usec(&parent);
+    let ctx = std::env::temp_dir().join(format!("profiler-test-build-{}", std::process::id()));
+    fs::create_dir_all(&ctx).unwrap();
+    let steps = [
+        "dd if=/dev/zero of=/io bs=1M count=32 oflag=direct status=none && rm /io && cpustat",
+        "busy 400000 && cpustat",
+        "true",
+        "for i in $(seq 50); do /bin/true; done",
+        "netpeer serve 127.0.0.1:7000 > /tmp/ready & until grep -q ready /tmp/ready; do sleep 0.01; done; netpeer send 127.0.0.1:7000 4194304 1048576",
+    ];
+    let mut dockerfile = String::from("FROM pbase:1\n");
+    for s in steps {
+        dockerfile.push_str(&format!("RUN {s}\n"));
+    }
+    fs::write(ctx.join("Dockerfile"), &dockerfile).unwrap();
+    let build = d.docker_ok(&[
+        "build",
+        "--network",
+        "none",
+        "--no-cache",
+        "--progress",
+        "plain",
+        "-t",
+        "pt-build:1",
+        ctx.to_str().unwrap(),
+    ]);
+    let _ = fs::remove_dir_all(&ctx);
+    let printed = steps_of(&build);
+    let output_of = |step: &str| -> String {
+        printed
+            .iter()
+            .find(|(h, _)| h.contains(&format!("RUN {step}")))
+            .map(|(_, o)| o.clone())
+            .unwrap_or_else(|| panic!("no output of step {step:?} in {build}"))
+    };
+    let mut recs = Vec::new();
+    for s in steps {
+        let cmd = format!("/bin/sh -c {s}");
+        let rec = p.wait_ended_where(s, secs(60), |r| container(r, "command") == Some(&cmd));
+        assert_eq!(container(&rec, "runtime"), Some("buildkit"));
+        let path = rec["exec"].as_str().unwrap();
+        assert_eq!(container(&rec, "id"), Some(path), "{rec}");
+        assert_eq!(rec["command"], cmd, "first program: {rec}");
+        assert_eq!(rec["network"]["namespace"], "own", "{}", rec["network"]);
+        recs.push(rec);
+    }
+    let [io, cpu, short, procs, net] = &recs[..] else {
+        unreachable!()
+    };
+    check_written("buildkit IO step", io, 32 * MIB);
+    check_cpu(
+        "buildkit IO step",
+        io,
+        cpu_ns_lines(&output_of(steps[0]))[0],
+    );
+    check_cpu(
+        "buildkit CPU step",
+        cpu,
+        cpu_ns_lines(&output_of(steps[1]))[0],
+    );
+    assert!(u(&short["cpu"]["on_cpu_ns"]) > 0, "{short}");
+    let trues = procs["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["comm"] == "true")
+        .count();
+    assert_eq!(trues, 50, "the step ran /bin/true 50 times: {procs}");
+    assert!(u(&procs["tasks"]["processes_started"]) >= 50, "{procs}");
+    // Both ends in one exec: each side's bytes are sent and received once, plus headers.
+    let moved = (5 * MIB) as f64;
+    let sock = &net["network"]["sockets"];
+    for k in ["tx_bytes", "rx_bytes"] {
+        let v = u(&sock[k]) as f64;
+        report(&format!("buildkit loopback step sockets {k}"), v, moved);
+        assert!(v >= moved && v <= moved * 1.01 + 65536.0, "{k} {v}: {sock}");
+        assert_eq!(sock[k], sock["loopback"][k], "all over loopback: {sock}");
+    }
+    // All steps against their parent's accounting, read after every step's record.
+    let usage1 = cpu_usage_usec(&parent);
+    let total: u64 = recs.iter().map(|r| u(&r["cpu"]["on_cpu_ns"])).sum();
+    let parent_ns = (usage1 - usage0) * 1000;
+    let e = report(
+        "buildkit steps' on-CPU vs the parent's cpu.stat",
+        total as f64,
+        parent_ns as f64,
+    );
+    assert!(
+        e <= 0.01 || total.abs_diff(parent_ns) <= 2_000_000 * recs.len() as u64,
+        "steps {total} ns vs parent {parent_ns} ns"
+    );
+    let (code, _, _) = p.stop();
+    assert_eq!(code, 0);
+}
+
+/// Test 3: podman containers are execs of `--runtime podman`, named from its storage.
+#[test]
+fn podman_containers_are_execs_named_by_podman() {
+    let pm = Podman::new();
+    pm.ok(&[
+        "import",
+        base_image_tar().to_str().unwrap(),
+        "localhost/pbase:1",
+    ]);
+    let p = Attached::start_with(
+        &[
+            "--runtime".into(),
+            "podman".into(),
+            "--runtime-root".into(),
+            pm.root.display().to_string(),
+        ],
+        &[],
+    );
+    let name = format!("pt-pod-{}", std::process::id());
+    // podman's default nofile and nproc limits exceed this host's hard limits.
+    let out = pm.ok(&[
+        "run",
+        "--rm",
+        "--name",
+        &name,
+        "--network",
+        "none",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=4096:4096",
+        "localhost/pbase:1",
+        "sh",
+        "-c",
+        WORK,
+    ]);
+    let rec = p.wait_ended_where(&name, secs(30), |r| container(r, "name") == Some(&name));
+    assert_eq!(container(&rec, "runtime"), Some("podman"));
+    assert_eq!(container(&rec, "image"), Some("localhost/pbase:1"));
+    assert_eq!(
+        container(&rec, "command"),
+        Some(format!("sh -c {WORK}").as_str())
+    );
+    let id = container(&rec, "id").unwrap();
+    assert_eq!(rec["exec"], format!("libpod-{id}"), "{rec}");
+    assert_eq!(rec["command"], format!("sh -c {WORK}"));
+    assert_eq!(rec["network"]["namespace"], "own", "{}", rec["network"]);
+    check_written("podman container", &rec, 16 * MIB);
+    check_cpu("podman container", &rec, cpu_ns_lines(&out)[0]);
+    let (code, _, _) = p.stop();
+    assert_eq!(code, 0);
+}
+
+/// Test 4: containerd's containers (ctr) are execs of `--runtime containerd`, named from their
+/// bundles; plain runc containers in a watched cgroup are named from runc's state.
+#[test]
+fn containerd_and_runc_containers_are_named_from_their_bundles() {
+    let c = Containerd::start();
+    let rootfs = std::env::temp_dir().join(format!("profiler-test-rootfs-{}", std::process::id()));
+    fs::create_dir_all(&rootfs).unwrap();
+    sh(&[
+        "tar",
+        "-C",
+        rootfs.to_str().unwrap(),
+        "-xf",
+        base_image_tar().to_str().unwrap(),
+    ]);
+    let p = Attached::start_with(
+        &[
+            "--runtime".into(),
+            "containerd".into(),
+            "--runtime-endpoint".into(),
+            c.socket.display().to_string(),
+            "--runtime-root".into(),
+            c.state.display().to_string(),
+        ],
+        &[("CONTAINERD_NAMESPACE", &c.namespace)],
+    );
+    let id = format!("pt-ctr-{}", std::process::id());
+    // ctr's containers see no cgroup filesystem: the truth is their parent's cpu.stat, which
+    // holds this container alone.
+    let parent = v2_mount().join(&c.namespace);
+    let usage0 = cpu_usage_usec(&parent);
+    let work = "busy 200000";
+    // No image config: the environment is the spec's default, without PATH.
+    c.ctr(&[
+        "run",
+        "--env",
+        "PATH=/bin",
+        "--rootfs",
+        rootfs.to_str().unwrap(),
+        &id,
+        "/bin/sh",
+        "-c",
+        work,
+    ]);
+    let rec = p.wait_ended_where(&id, secs(30), |r| container(r, "id") == Some(&id));
+    assert_eq!(container(&rec, "runtime"), Some("containerd"));
+    assert_eq!(
+        container(&rec, "command"),
+        Some(format!("/bin/sh -c {work}").as_str())
+    );
+    assert_eq!(rec["exec"], id.as_str());
+    assert_eq!(rec["network"]["namespace"], "own", "{}", rec["network"]);
+    check_cpu(
+        "containerd container",
+        &rec,
+        (cpu_usage_usec(&parent) - usage0) * 1000,
+    );
+    let (code, _, _) = p.stop();
+    assert_eq!(code, 0);
+    let _ = fs::remove_dir_all(&rootfs);
+
+    // runc alone, in a cgroup of the test's: the exec's metadata is found without --runtime.
+    let name = format!("profiler-test-runc-{}", std::process::id());
+    let _v1 = RuntimeCgroups::watch(&[name.as_str()]);
+    let cg = TestCgroup::new("runc");
+    let p = Attached::start(&cg, &[]);
+    let cid = format!("pt-runc-{}", std::process::id());
+    let bundle = RuncBundle::new("c1", &cg.path.join(&cid), &["sh", "-c", work]);
+    sh(&[
+        "runc",
+        "run",
+        "--bundle",
+        bundle.dir.to_str().unwrap(),
+        &cid,
+    ]);
+    let rec = p.wait_ended_where(&cid, secs(30), |r| r["exec"] == cid.as_str());
+    assert_eq!(container(&rec, "runtime"), Some("runc"), "{rec}");
+    assert_eq!(container(&rec, "id"), Some(cid.as_str()));
+    assert_eq!(
+        container(&rec, "command"),
+        Some(format!("sh -c {work}").as_str())
+    );
+    check_cpu("runc container", &rec, cpu_usage_usec(&cg.path) * 1000);
+    let (code, _, _) = p.stop();
+    assert_eq!(code, 0);
+}
+
+/// Test 5: a runtime that is not there, or a bad runtime flag: one clear line, non-zero exit,
+/// before anything is attached.
+#[test]
+fn runtime_bad_inputs_give_one_clear_line() {
+    require_root();
+    let missing = "/run/profiler-test-no-such.sock";
+    let (code, err) = fails(&[
+        "attach",
+        "--runtime",
+        "docker",
+        "--runtime-endpoint",
+        missing,
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("docker is not running") && err.contains(missing),
+        "{err}"
+    );
+    let (code, err) = fails_env(
+        &["attach", "--runtime", "buildkit"],
+        &[("DOCKER_HOST", "tcp://127.0.0.1:2375")],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("not a unix socket"), "{err}");
+    let (code, err) = fails(&[
+        "attach",
+        "--runtime",
+        "containerd",
+        "--runtime-endpoint",
+        missing,
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("containerd is not running"), "{err}");
+    // A storage root that is not a directory.
+    let file = std::env::temp_dir().join(format!("profiler-test-notdir-{}", std::process::id()));
+    fs::write(&file, "").unwrap();
+    let (code, err) = fails(&[
+        "attach",
+        "--runtime",
+        "podman",
+        "--runtime-root",
+        file.to_str().unwrap(),
+    ]);
+    let _ = fs::remove_file(&file);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot be read"), "{err}");
+    let (code, err) = fails(&["attach", "--runtime", "rkt"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--runtime"), "{err}");
+    let (code, err) = fails(&["attach", "--cgroup", "x", "--runtime-endpoint", "/x.sock"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--runtime"), "{err}");
+}
