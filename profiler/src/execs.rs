@@ -274,6 +274,8 @@ pub struct Exec {
     pub command: Option<String>,
     /// What the container runtime says about the exec: None until the answer is in.
     pub metadata: Option<Lookup>,
+    /// Times its metadata was asked for.
+    pub metadata_asked: u8,
 }
 
 impl Exec {
@@ -349,6 +351,7 @@ impl Execs {
             final_figures: None,
             command: None,
             metadata: None,
+            metadata_asked: 0,
         });
     }
 

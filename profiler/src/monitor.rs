@@ -19,7 +19,7 @@ use crate::{
     network::{FaultSamples, NetInput, NetReport},
     probes::{ExecNet, Limits, Probes, ProgramCost, kernel_release},
     report::ExecReport,
-    runtime::Resolver,
+    runtime::{Lookup, Resolver},
 };
 
 #[derive(Clone, Debug)]
@@ -252,9 +252,16 @@ impl Monitor {
     /// Read every pending ring-buffer record into the model.
     fn drain(&mut self) {
         let mut created = Vec::new();
+        let mut first_program = Vec::new();
         while let Some(item) = self.probes.events.next() {
             match Event::parse(&item) {
                 Ok(ev) => {
+                    let has_command =
+                        |execs: &Execs, id| execs.get(id).map(|e| e.command.is_some());
+                    let before = match &ev {
+                        Event::ProcExec(x) => has_command(&self.execs, x.exec_id),
+                        _ => None,
+                    };
                     if let Followup::ForgetCgroup(id) = self.execs.apply(&ev) {
                         self.forget.push((id, Instant::now() + self.opts.grace));
                     }
@@ -262,6 +269,13 @@ impl Monitor {
                         && c.kind == EV_EXEC_CREATED
                     {
                         created.push(c.cgroup_id);
+                    }
+                    // The exec's first program (the runtime's own init does not count).
+                    if let Event::ProcExec(x) = &ev
+                        && before == Some(false)
+                        && has_command(&self.execs, x.exec_id) == Some(true)
+                    {
+                        first_program.push(x.exec_id);
                     }
                 }
                 Err(e) => eprintln!("profiler: warning: bad record from the kernel: {e}"),
@@ -271,25 +285,52 @@ impl Monitor {
             self.open_files(id);
             self.request_metadata(id);
         }
-        if let Some(r) = &self.resolver {
-            for (id, lookup) in r.answers() {
-                self.metadata_pending.remove(&id);
-                if let Some(e) = self.execs.get_mut(id) {
-                    e.metadata = Some(lookup);
+        let answers = self
+            .resolver
+            .as_ref()
+            .map(|r| r.answers())
+            .unwrap_or_default();
+        for (id, lookup) in answers {
+            self.metadata_pending.remove(&id);
+            if let Some(e) = self.execs.get_mut(id) {
+                e.metadata = Some(lookup);
+                if e.command.is_some() {
+                    self.ask_again(id);
                 }
             }
         }
+        for id in first_program {
+            self.ask_again(id);
+        }
     }
 
-    /// Ask the container runtime about a new exec (answered on the resolver's thread).
+    /// Ask the container runtime about an exec (answered on the resolver's thread).
     fn request_metadata(&mut self, id: u64) {
-        let (Some(r), Some(e)) = (&self.resolver, self.execs.get(id)) else {
+        let Some(r) = &self.resolver else { return };
+        let Some(path) = self.execs.get(id).map(|e| e.path.clone()) else {
             return;
         };
-        if e.path != "." {
-            // The whole path: a runtime's layout shows in the parents (buildkit/ID).
-            r.request(id, &self.execs.kernel_path(&e.path));
-            self.metadata_pending.insert(id);
+        if path == "." {
+            return;
+        }
+        // The whole path: a runtime's layout shows in the parents (buildkit/ID).
+        r.request(id, &self.execs.kernel_path(&path));
+        self.metadata_pending.insert(id);
+        if let Some(e) = self.execs.get_mut(id) {
+            e.metadata_asked += 1;
+        }
+    }
+
+    /// Once more, when the exec's first program has started and the first lookup, made when
+    /// its cgroup appeared, found no container: runc writes its state only after it made the
+    /// cgroup, and before it starts the container's program.
+    fn ask_again(&mut self, id: u64) {
+        if self
+            .execs
+            .get(id)
+            .is_some_and(|e| e.metadata_asked == 1 && e.metadata == Some(Lookup::NotContainer))
+        {
+            self.request_metadata(id);
         }
     }
 

@@ -214,6 +214,12 @@ fn wait_for_socket(socket: &Path, child: &mut Child, log: &Path, what: &str) {
     }
 }
 
+/// `--no-pivot` where the tests run on an initramfs root (the VMs of `cargo xtask vmtest`),
+/// on which pivot_root(2) cannot work.
+pub fn no_pivot() -> Option<&'static str> {
+    std::env::var_os("PROFILER_TEST_NO_PIVOT").map(|_| "--no-pivot")
+}
+
 /// Debian's docker client (its BuildKit session is built in; another docker CLI on PATH may
 /// want a buildx plugin).
 pub const DOCKER: &str = "/usr/bin/docker";

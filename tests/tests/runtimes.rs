@@ -19,17 +19,16 @@ fn container<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
 }
 
 /// On-CPU of an exec against the kernel's cgroup accounting of it: the CPU time its cgroup
-/// showed at the workload's end (the tail and exit come after: at most 2% and 5 ms more),
-/// or its parent's whole usage when it ran there alone (within 1%).
+/// showed at the workload's end (the tail and exit come after: at most 2% and 5 ms more), or
+/// its parent's whole usage when it ran there alone. At most 2% and 2 ms less: the runtime's
+/// init process joins the cgroup already running and is counted from the move, while the
+/// cgroup may be charged the slice it ran just before (README, "Which exec is charged").
 fn check_cpu(what: &str, rec: &Value, truth_ns: u64) {
-    let oncpu = u(&rec["cpu"]["on_cpu_ns"]);
-    report(
-        &format!("{what} on-CPU vs its cgroup at the end"),
-        oncpu as f64,
-        truth_ns as f64,
-    );
+    let oncpu = u(&rec["cpu"]["on_cpu_ns"]) as f64;
+    let truth = truth_ns as f64;
+    report(&format!("{what} on-CPU vs its cgroup"), oncpu, truth);
     assert!(
-        oncpu as f64 >= truth_ns as f64 * 0.99 && oncpu as f64 <= truth_ns as f64 * 1.02 + 5e6,
+        oncpu >= truth * 0.98 - 2e6 && oncpu <= truth * 1.02 + 5e6,
         "{what}: on-CPU {oncpu} ns vs its cgroup's {truth_ns} ns: {rec}"
     );
 }
@@ -390,17 +389,10 @@ fn containerd_and_runc_containers_are_named_from_their_bundles() {
     let usage0 = cpu_usage_usec(&parent);
     let work = "busy 200000";
     // No image config: the environment is the spec's default, without PATH.
-    c.ctr(&[
-        "run",
-        "--env",
-        "PATH=/bin",
-        "--rootfs",
-        rootfs.to_str().unwrap(),
-        &id,
-        "/bin/sh",
-        "-c",
-        work,
-    ]);
+    let mut run = vec!["run", "--env", "PATH=/bin", "--rootfs"];
+    run.extend(no_pivot());
+    run.extend([rootfs.to_str().unwrap(), &id, "/bin/sh", "-c", work]);
+    c.ctr(&run);
     let rec = p.wait_ended_where(&id, secs(30), |r| container(r, "id") == Some(&id));
     assert_eq!(container(&rec, "runtime"), Some("containerd"));
     assert_eq!(
@@ -425,13 +417,10 @@ fn containerd_and_runc_containers_are_named_from_their_bundles() {
     let p = Attached::start(&cg, &[]);
     let cid = format!("pt-runc-{}", std::process::id());
     let bundle = RuncBundle::new("c1", &cg.path.join(&cid), &["sh", "-c", work]);
-    sh(&[
-        "runc",
-        "run",
-        "--bundle",
-        bundle.dir.to_str().unwrap(),
-        &cid,
-    ]);
+    let mut run = vec!["runc", "run", "--bundle", bundle.dir.to_str().unwrap()];
+    run.extend(no_pivot());
+    run.push(&cid);
+    sh(&run);
     let rec = p.wait_ended_where(&cid, secs(30), |r| r["exec"] == cid.as_str());
     assert_eq!(container(&rec, "runtime"), Some("runc"), "{rec}");
     assert_eq!(container(&rec, "id"), Some(cid.as_str()));

@@ -34,6 +34,17 @@ const HOST_PACKAGES: &[(&str, &str)] = &[
     ("e2fsprogs", "mkfs.ext4"),
     ("xz-utils", "xz"),
     ("zstd", "zstd"),
+    // The guests run the containerd and runc tests with the host's binaries.
+    ("containerd", "containerd"),
+    ("runc", "runc"),
+];
+
+/// Container runtime programs copied into the guests, with the libraries they link.
+const GUEST_RUNTIME_TOOLS: &[&str] = &[
+    "/usr/bin/containerd",
+    "/usr/bin/containerd-shim-runc-v2",
+    "/usr/bin/ctr",
+    "/usr/sbin/runc",
 ];
 
 /// Modules the guest needs, with their dependencies (those built in are skipped).
@@ -337,12 +348,14 @@ fn build_static(work: &Path) -> Result<Bins> {
     }
     tests.retain(|p| {
         let n = p.file_name().unwrap().to_string_lossy();
-        ["engine-", "vm-", "cgroup-", "network-"]
+        ["engine-", "vm-", "cgroup-", "network-", "runtimes-"]
             .iter()
             .any(|p| n.starts_with(p))
     });
-    if tests.len() < 4 {
-        bail!("did not find the engine, cgroup, network and vm test binaries ({tests:?})");
+    if tests.len() < 5 {
+        bail!(
+            "did not find the engine, cgroup, network, runtimes and vm test binaries ({tests:?})"
+        );
     }
     let rel = target_dir.join(TARGET).join("release");
     Ok(Bins {
@@ -498,6 +511,30 @@ fn run_kernel(
     Ok(outcome)
 }
 
+/// Copy a host program into the guest's root at the same path, with the shared libraries
+/// and the loader it links (as ldd lists them).
+fn copy_with_libraries(bin: &Path, stage: &Path) -> Result<()> {
+    let ldd = output(Command::new("ldd").arg(bin))
+        .with_context(|| format!("{} is not installed", bin.display()))?;
+    let mut files = vec![bin.to_path_buf()];
+    for line in ldd.lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux... (0x...)"
+        let path = match line.split_once("=>") {
+            Some((_, rest)) => rest.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            files.push(PathBuf::from(p));
+        }
+    }
+    for f in files {
+        let to = stage.join(f.strip_prefix("/").unwrap_or(&f));
+        fs::create_dir_all(to.parent().unwrap())?;
+        fs::copy(&f, &to).with_context(|| format!("cannot copy {}", f.display()))?;
+    }
+    Ok(())
+}
+
 /// The guest's /init: mount what the tests need, load the modules, run the tests, power off.
 fn init_script(
     modules: &[String],
@@ -527,21 +564,28 @@ fn init_script(
          mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 share {w} || echo 'init: FAILED 9p'\n\
          mount -t ext4 /dev/vda /scratch || echo 'init: FAILED scratch disk'\n\
          echo \"init: kernel $(uname -r), cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)\"\n\
+         mount -t tmpfs tmpfs /run\n\
          cd /tmp\n\
          ip link set lo up\n\
-         export HOME=/tmp RUST_BACKTRACE=1 PROFILER_BIN={} BUSY_BIN={} NETPEER_BIN={} PROFILER_SCRATCH=/scratch PROFILER_TEST_TIME_SCALE={TIME_SCALE}\n",
+         export HOME=/tmp RUST_BACKTRACE=1 PROFILER_BIN={} BUSY_BIN={} NETPEER_BIN={} PROFILER_SCRATCH=/scratch PROFILER_TEST_TIME_SCALE={TIME_SCALE}\n\
+         export PATH=/bin:/usr/bin:/usr/sbin PROFILER_STATIC_BINS={}\n\
+         # The guest's root is the initramfs, where pivot_root(2) cannot work.\n\
+         export PROFILER_TEST_NO_PIVOT=1\n",
         bins.profiler.display(),
         bins.busy.display(),
         bins.netpeer.display(),
+        bins.busy.parent().unwrap_or(Path::new("/")).display(),
     ));
     for (i, t) in bins.tests.iter().enumerate() {
         let r = results.display();
         let name = t.file_name().unwrap_or_default().to_string_lossy();
         // The guest has no ip(8) with namespace support: of the network tests, only those in
         // the host namespace run there (they prove the network programs load on each kernel).
+        // Of the runtime tests, those of containerd and runc (no dockerd or podman there).
         let filter = match filter {
             Some(f) => format!(" {f}"),
             None if name.starts_with("network-") => " host_netns".into(),
+            None if name.starts_with("runtimes-") => " containerd_and_runc".into(),
             None => String::new(),
         };
         s.push_str(&format!(
@@ -569,6 +613,9 @@ fn build_initramfs(
     fs::copy("/bin/busybox", stage.join("bin/busybox"))
         .context("busybox-static is not installed")?;
     let order = guest_modules(k, &stage.join("modules"))?;
+    for tool in GUEST_RUNTIME_TOOLS {
+        copy_with_libraries(Path::new(tool), stage)?;
+    }
     let init = stage.join("init");
     fs::write(&init, init_script(&order, bins, work, results, filter))?;
     use std::os::unix::fs::PermissionsExt as _;

@@ -21,7 +21,7 @@ use std::{
     path::{Path, PathBuf},
     sync::mpsc,
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -269,15 +269,6 @@ struct Sources {
 }
 
 impl Sources {
-    /// Whether a container that was not found may still appear: runc's state is written
-    /// after the container's cgroup is made.
-    fn may_appear(&self, path: &str) -> bool {
-        matches!(
-            candidate(path),
-            Some(Candidate::Plain(_) | Candidate::Hex(_))
-        ) && self.list.iter().any(|s| matches!(s, Source::Runc(_)))
-    }
-
     fn resolve(&self, path: &str) -> Lookup {
         let Some(cand) = candidate(path) else {
             return Lookup::NotContainer;
@@ -360,7 +351,11 @@ impl Resolver {
                         s
                     }
                 };
-                serve(&sources, &req_rx, &ans_tx);
+                for (id, path) in req_rx {
+                    if ans_tx.send((id, sources.resolve(&path))).is_err() {
+                        return;
+                    }
+                }
             })
             .context("cannot start the metadata thread")?;
         let connected = ready_rx
@@ -383,70 +378,6 @@ impl Resolver {
     /// The answers that have arrived.
     pub fn answers(&self) -> Vec<(u64, Lookup)> {
         self.answers.try_iter().collect()
-    }
-}
-
-/// When to look again for a container that was not found: runc writes its state only after
-/// it made the container's cgroup.
-const RETRIES: [Duration; 4] = [
-    Duration::from_millis(10),
-    Duration::from_millis(50),
-    Duration::from_millis(250),
-    Duration::from_secs(1),
-];
-/// Most lookups waiting for a retry (each a few file opens).
-const MAX_RETRIES_WAITING: usize = 10_000;
-
-/// Answer each request at once; look again later for those not found where a runtime may
-/// still write its state, and send a second answer if they turn up.
-fn serve(
-    sources: &Sources,
-    requests: &mpsc::Receiver<(u64, String)>,
-    answers: &mpsc::Sender<(u64, Lookup)>,
-) {
-    // (when, exec, path, retries done)
-    let mut waiting: Vec<(Instant, u64, String, usize)> = Vec::new();
-    loop {
-        let next = waiting.iter().map(|w| w.0).min();
-        let got = match next {
-            Some(t) => requests.recv_timeout(t.saturating_duration_since(Instant::now())),
-            None => requests
-                .recv()
-                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-        };
-        match got {
-            Ok((id, path)) => {
-                let l = sources.resolve(&path);
-                if l == Lookup::NotContainer
-                    && sources.may_appear(&path)
-                    && waiting.len() < MAX_RETRIES_WAITING
-                {
-                    waiting.push((Instant::now() + RETRIES[0], id, path, 0));
-                }
-                if answers.send((id, l)).is_err() {
-                    return;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-        let now = Instant::now();
-        let mut i = 0;
-        while i < waiting.len() {
-            if waiting[i].0 > now {
-                i += 1;
-                continue;
-            }
-            let (_, id, path, done) = waiting.swap_remove(i);
-            let l = sources.resolve(&path);
-            if matches!(l, Lookup::Found(_)) {
-                if answers.send((id, l)).is_err() {
-                    return;
-                }
-            } else if done + 1 < RETRIES.len() {
-                waiting.push((now + RETRIES[done + 1], id, path, done + 1));
-            }
-        }
     }
 }
 
