@@ -476,9 +476,42 @@ fn runtime_bad_inputs_give_one_clear_line() {
         "--runtime-root",
         file.to_str().unwrap(),
     ]);
-    let _ = fs::remove_file(&file);
     assert_eq!(code, 1);
     assert!(err.contains("cannot be read"), "{err}");
+    // podman absent: not on PATH, no storage.
+    let (code, err) = fails_env(
+        &[
+            "attach",
+            "--runtime",
+            "podman",
+            "--runtime-root",
+            "/nonexistent-profiler-test-storage",
+        ],
+        &[("PATH", "/nonexistent-profiler-test-bin")],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("podman is not installed"), "{err}");
+    // containerd's socket answers, but its state directory cannot be read.
+    let sock = format!("/run/profiler-test-containerd-{}.sock", std::process::id());
+    let _ = fs::remove_file(&sock);
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let (code, err) = fails(&[
+        "attach",
+        "--runtime",
+        "containerd",
+        "--runtime-endpoint",
+        &sock,
+        "--runtime-root",
+        file.to_str().unwrap(),
+    ]);
+    drop(listener);
+    let _ = fs::remove_file(&sock);
+    let _ = fs::remove_file(&file);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("state directory") && err.contains("cannot be read"),
+        "{err}"
+    );
     let (code, err) = fails(&["attach", "--runtime", "rkt"]);
     assert_eq!(code, 2);
     assert!(err.contains("--runtime"), "{err}");
