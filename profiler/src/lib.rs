@@ -5,6 +5,7 @@
 
 pub mod cgroup;
 pub mod cgroup_files;
+pub mod clock;
 pub mod commands;
 pub mod execs;
 pub mod export;

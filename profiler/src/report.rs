@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::{
     cgroup_files::CgroupReport,
+    clock::monotonic_to_unix_ns,
     execs::{Exec, Proc},
     network::NetReport,
 };
@@ -22,6 +23,10 @@ pub struct ExecReport {
     /// Already running when the profiler attached (figures count from then).
     pub partial: bool,
     pub wall_ns: u64,
+    /// The exec's start (cgroup creation, or attach) and end (cgroup removal; for a running
+    /// exec the time of the record), in ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
     /// Tasks still running (0 once ended).
     pub live_tasks: u64,
     pub cpu: CpuReport,
@@ -267,6 +272,8 @@ impl ExecReport {
             },
             partial: exec.partial,
             wall_ns,
+            start_unix_ns: monotonic_to_unix_ns(exec.started_ns),
+            end_unix_ns: monotonic_to_unix_ns(exec.started_ns + wall_ns),
             live_tasks,
             cpu: counters.into(),
             disk: (&stats.disk).into(),
