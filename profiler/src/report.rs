@@ -58,6 +58,9 @@ pub struct CpuReport {
     pub thrashing_ns: u64,
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
+    /// Sum over the exec's tasks of their lifetimes in the exec (fork or move-in to exit, or
+    /// to now): on-CPU, run-queue and IO-wait are disjoint parts of it.
+    pub task_time_ns: u64,
 }
 
 impl From<&TaskCounters> for CpuReport {
@@ -76,6 +79,7 @@ impl From<&TaskCounters> for CpuReport {
             thrashing_ns: c.thrashing_ns,
             voluntary_switches: c.nvcsw,
             involuntary_switches: c.nivcsw,
+            task_time_ns: c.life_ns,
         }
     }
 }
