@@ -17,31 +17,26 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use serde::Deserialize;
 
-/// One exec record as `attach` writes it (see README, "JSON"); unknown fields are ignored,
-/// fields the picture needs are required.
+/// One exec record as `attach` writes it (see README, "JSON"): only the fields the picture
+/// uses. Unknown fields are ignored; those it uses are required as they are always written
+/// (a default would turn a renamed field into silent zeros), Options where the record may
+/// hold null or leave them out.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct Record {
     pub exec: String,
     pub cgroup_id: u64,
     pub state: State,
-    #[serde(default)]
     pub partial: bool,
     pub wall_ns: u64,
     pub start_unix_ns: u64,
     pub end_unix_ns: u64,
     pub cpu: Cpu,
     pub disk: Disk,
-    #[serde(default)]
     pub io: Io,
-    #[serde(default)]
     pub tasks: Tasks,
-    #[serde(default)]
     pub processes: Vec<Process>,
-    #[serde(default)]
     pub cgroup: Option<Cgroup>,
-    #[serde(default)]
     pub network: Option<Network>,
-    #[serde(default)]
     pub notes: Vec<String>,
 }
 
@@ -57,11 +52,8 @@ pub struct Cpu {
     pub on_cpu_ns: u64,
     pub runq_delay_ns: u64,
     pub iowait_ns: u64,
-    #[serde(default)]
     pub swapin_ns: u64,
-    #[serde(default)]
     pub reclaim_ns: u64,
-    #[serde(default)]
     pub thrashing_ns: u64,
     pub task_time_ns: u64,
 }
@@ -70,21 +62,17 @@ pub struct Cpu {
 pub struct Disk {
     pub read_bytes: u64,
     pub write_bytes: u64,
-    #[serde(default)]
     pub read_requests: u64,
-    #[serde(default)]
     pub write_requests: u64,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default)]
 pub struct Io {
     pub read_bytes: u64,
     pub write_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default)]
 pub struct Tasks {
     pub processes_started: u64,
     pub threads_started: u64,
@@ -92,7 +80,6 @@ pub struct Tasks {
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default)]
 pub struct Process {
     pub pid: u32,
     pub comm: String,
@@ -111,6 +98,7 @@ impl Process {
     }
 }
 
+/// Figures a host may lack are null or left out: all optional.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Cgroup {
@@ -135,14 +123,14 @@ pub struct Network {
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default)]
 pub struct Sockets {
+    /// All of the sockets' traffic, written flat beside `loopback`.
+    #[serde(flatten)]
     pub all: Traffic,
     pub loopback: Traffic,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
-#[serde(default)]
 pub struct Traffic {
     pub rx_bytes: u64,
     pub tx_bytes: u64,
@@ -377,7 +365,7 @@ pub(crate) mod tests {
         let start = 1_700_000_000_000_000_000 + start_s * 1_000_000_000;
         let wall = wall_ms * 1_000_000;
         format!(
-            r#"{{"exec":"{exec}","cgroup_id":{id},"state":"{state}","partial":false,"wall_ns":{wall},"start_unix_ns":{start},"end_unix_ns":{},"live_tasks":0,"cpu":{cpu},"disk":{{"read_bytes":4096,"write_bytes":1048576,"read_requests":1,"write_requests":1}},"io":{{"read_bytes":0,"write_bytes":0}},"tasks":{{"processes_started":1,"threads_started":0,"execve":1}},"processes":[{{"pid":7,"comm":"dd","args":"dd if=/dev/zero","on_cpu_ns":5}}],"other_processes":{{}},"cgroup":{{"memory_peak_bytes":{{"source":"memory.peak","when":"none","missing":"the memory controller is not on the cgroup v2 hierarchy"}}}},"network":{{"namespace":"host","sockets":{{"all":{{"rx_bytes":10,"rx_packets":1,"tx_bytes":20,"tx_packets":1}},"loopback":{{"rx_bytes":0,"rx_packets":0,"tx_bytes":0,"tx_packets":0}}}},"interfaces":[]}},"notes":[]}}"#,
+            r#"{{"exec":"{exec}","cgroup_id":{id},"state":"{state}","partial":false,"wall_ns":{wall},"start_unix_ns":{start},"end_unix_ns":{},"live_tasks":0,"cpu":{cpu},"disk":{{"read_bytes":4096,"write_bytes":1048576,"read_requests":1,"write_requests":1}},"io":{{"read_bytes":0,"write_bytes":0}},"tasks":{{"processes_started":1,"threads_started":0,"execve":1}},"processes":[{{"pid":7,"comm":"dd","args":"dd if=/dev/zero","on_cpu_ns":5}}],"other_processes":{{}},"cgroup":{{"memory_peak_bytes":{{"source":"memory.peak","when":"none","missing":"the memory controller is not on the cgroup v2 hierarchy"}}}},"network":{{"namespace":"host","sockets":{{"rx_bytes":10,"rx_packets":1,"tx_bytes":20,"tx_packets":1,"loopback":{{"rx_bytes":0,"rx_packets":0,"tx_bytes":0,"tx_packets":0}}}},"interfaces":[]}},"notes":[]}}"#,
             start + wall
         )
     }
@@ -386,6 +374,66 @@ pub(crate) mod tests {
         format!(
             r#"{{"on_cpu_ns":{on},"user_ns":{on},"system_ns":0,"runq_delay_ns":{rq},"runq_waits":1,"iowait_ns":{io},"iowait_waits":1,"swapin_ns":0,"reclaim_ns":0,"thrashing_ns":0,"voluntary_switches":1,"involuntary_switches":0,"task_time_ns":{task}}}"#
         )
+    }
+
+    /// The reader takes what the writer writes: a record made by the monitor's own code.
+    #[test]
+    fn reads_the_records_the_profiler_writes() {
+        use crate::{
+            execs::{Execs, build_report},
+            network::{NetInput, NetReport},
+        };
+        use profiler_common::{ExecStats, SockTraffic};
+        let mut execs = Execs::new("/base", 10);
+        execs.add_exec(9, "/base/step-1", 1_000);
+        let exec = execs.get(9).unwrap();
+        let mut stats = ExecStats::default();
+        stats.ended.oncpu_ns = 40;
+        stats.ended.runq_ns = 10;
+        stats.ended.iowait_ns = 5;
+        stats.ended.life_ns = 100;
+        stats.disk.write_bytes = 4096;
+        let mut report = build_report(exec, &stats, None, 51_000, 10, Vec::new());
+        let sock = SockTraffic {
+            rx_bytes: 7,
+            tx_bytes: 8,
+            lo_tx_bytes: 3,
+            ..Default::default()
+        };
+        report.network = Some(NetReport::build(NetInput {
+            sock: &sock,
+            sockets_status: &Ok(()),
+            interfaces_status: &Ok(()),
+            namespaces: &[],
+            ifaces: &[],
+            faults: None,
+        }));
+        let b = Build::read(report.json().as_bytes(), "t").unwrap();
+        let r = &b.records[0];
+        assert_eq!(
+            (r.exec.as_str(), r.cgroup_id, r.state),
+            ("step-1", 9, State::Running)
+        );
+        assert_eq!(r.wall_ns, 50_000);
+        assert_eq!(r.end_unix_ns - r.start_unix_ns, 50_000);
+        assert_eq!(r.disk.write_bytes, 4096);
+        let t = r.sockets().unwrap();
+        assert_eq!((t.rx_bytes, t.tx_bytes), (7, 8));
+        let lo = r
+            .network
+            .as_ref()
+            .unwrap()
+            .sockets
+            .as_ref()
+            .unwrap()
+            .loopback;
+        assert_eq!(lo.tx_bytes, 3);
+        let br = r.breakdown();
+        assert_eq!((br.task_ns, br.on_cpu_ns, br.other_ns), (100, 40, 45));
+        assert_eq!(
+            r.memory_peak().unwrap_err(),
+            "the record has no cgroup figures"
+        );
     }
 
     fn read(text: &str) -> Result<Build> {
