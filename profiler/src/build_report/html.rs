@@ -334,7 +334,7 @@ const COLUMNS: [(&str, &str, bool); 15] = [
     ("net_rx", "net rx", false),
     ("net_tx", "net tx", false),
     ("memory_peak", "memory peak", false),
-    ("processes", "procs started", false),
+    ("processes", "procs", false),
 ];
 
 fn cells(r: &Record, t0: u64) -> Vec<Cell> {
@@ -391,8 +391,7 @@ fn table(s: &mut String, build: &Build) {
     s.push_str(
         "<section>\n<h2>Execs</h2>\n<p class=\"hint\">Click a column's header to sort by it; \
          hover a row or a bar for details. Net is the exec's sockets (IP bytes, loopback \
-         included); procs started counts the processes forked in the exec (not one moved into \
-         it).</p>\n<table id=\"execs\">\n<thead><tr>",
+         included); procs counts the processes forked in the exec (not one moved into it).</p>\n<div class=\"scroll\"><table id=\"execs\">\n<thead><tr>",
     );
     for (key, header, is_text) in COLUMNS {
         let _ = write!(
@@ -424,7 +423,7 @@ fn table(s: &mut String, build: &Build) {
         }
         s.push_str("</tr>\n");
     }
-    s.push_str("</tbody>\n</table>\n</section>\n");
+    s.push_str("</tbody>\n</table></div>\n</section>\n");
 }
 
 /// The hover details of one exec, as an inert template.
