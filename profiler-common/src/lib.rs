@@ -262,7 +262,7 @@ pub struct CgroupEntry {
 }
 
 /// Number of u64 counters in [`TaskCounters`].
-pub const TASK_COUNTERS: usize = 19;
+pub const TASK_COUNTERS: usize = 20;
 
 /// The kernel's own per-task counters, read from task_struct. Cumulative since the task started.
 #[repr(C)]
@@ -298,6 +298,10 @@ pub struct TaskCounters {
     /// split the exact on-CPU time (as the kernel does for /proc and cpu.stat).
     pub utime_ns: u64,
     pub stime_ns: u64,
+    /// Time the task has lived (ktime now - start_time): its share of the exec's task time,
+    /// the whole that on-CPU, run-queue and IO-wait are parts of. Less a baseline's, from a
+    /// move into the exec.
+    pub life_ns: u64,
 }
 
 impl TaskCounters {

@@ -265,6 +265,7 @@ fn read_counters(task: *const u8, c: &mut TaskCounters) -> bool {
     // task's delay figures are unusable.
     // SAFETY: helper without arguments.
     let life = unsafe { bpf_ktime_get_ns() }.wrapping_sub(rd::<u64>(task, off!(task_start_time)));
+    c.life_ns = life;
     if delays.is_null()
         || c.iowait_ns > life
         || c.swapin_ns > life

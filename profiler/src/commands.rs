@@ -44,6 +44,9 @@ pub enum Command {
     Attach(AttachArgs),
     /// Run a command in a fresh cgroup and report what it used.
     Run(RunArgs),
+    /// Picture a build from the JSON lines of `attach --output json`: an HTML page (timeline,
+    /// table) and a summary of where the time went on stdout.
+    Report(ReportArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -130,6 +133,19 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The JSON lines (`-` reads stdin).
+    #[arg(value_name = "FILE.jsonl")]
+    pub input: String,
+    /// Where to write the HTML page.
+    #[arg(long, default_value = "profiler-report.html", value_name = "OUT.html")]
+    pub html: PathBuf,
+    /// Execs listed per resource in the summary.
+    #[arg(long, default_value_t = 5)]
+    pub top: usize,
+}
+
 /// "250ms", "2s", "1.5s", "1m" or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -157,6 +173,7 @@ pub async fn run_cli(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Attach(a) => attach(a).await,
         Command::Run(r) => run(r).await,
+        Command::Report(r) => crate::build_report::run(&r.input, &r.html, r.top).map(|()| 0),
     };
     match result {
         Ok(code) => code,
@@ -523,6 +540,12 @@ mod tests {
             Command::Run(r) => assert_eq!(r.command, ["sh", "-c", "exit 3"]),
             _ => panic!(),
         }
+        let c = Cli::try_parse_from(["profiler", "report", "-", "--html", "o.html"]).unwrap();
+        match c.command {
+            Command::Report(r) => assert_eq!((r.input.as_str(), r.top), ("-", 5)),
+            _ => panic!(),
+        }
+        assert!(Cli::try_parse_from(["profiler", "report"]).is_err());
         assert!(Cli::try_parse_from(["profiler", "attach"]).is_err());
         assert!(
             Cli::try_parse_from(["profiler", "attach", "--cgroup", "x", "--exec-depth", "-1"])

@@ -3,8 +3,10 @@
 //! Data flow: kernel programs (profiler-ebpf) -> maps keyed by cgroup id ([`probes`]) ->
 //! userspace model of execs ([`execs`], driven by [`monitor`]) -> records ([`report`]).
 
+pub mod build_report;
 pub mod cgroup;
 pub mod cgroup_files;
+pub mod clock;
 pub mod commands;
 pub mod execs;
 pub mod export;

@@ -121,6 +121,7 @@ fn enable_delay_accounting() -> Option<String> {
 impl Monitor {
     pub fn start(opts: Options, resolver: Option<Resolver>) -> Result<Self> {
         check_privileges()?;
+        crate::clock::unix_offset_ns(); // fixed from now on for this run's records
         let hierarchy = Hierarchy::find()?;
         let kbtf = KernelBtf::open(&opts.btf)?;
         let release = kernel_release();

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::{
     cgroup_files::CgroupReport,
+    clock::monotonic_to_unix_ns,
     execs::{Exec, Proc},
     network::NetReport,
     runtime::ContainerInfo,
@@ -30,6 +31,10 @@ pub struct ExecReport {
     /// Already running when the profiler attached (figures count from then).
     pub partial: bool,
     pub wall_ns: u64,
+    /// The exec's start (cgroup creation, or attach) and end (cgroup removal; for a running
+    /// exec the time of the record), in ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
     /// Tasks still running (0 once ended).
     pub live_tasks: u64,
     pub cpu: CpuReport,
@@ -61,6 +66,9 @@ pub struct CpuReport {
     pub thrashing_ns: u64,
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
+    /// Sum over the exec's tasks of their lifetimes in the exec (fork or move-in to exit, or
+    /// to now): on-CPU, run-queue and IO-wait are disjoint parts of it.
+    pub task_time_ns: u64,
 }
 
 impl From<&TaskCounters> for CpuReport {
@@ -79,6 +87,7 @@ impl From<&TaskCounters> for CpuReport {
             thrashing_ns: c.thrashing_ns,
             voluntary_switches: c.nvcsw,
             involuntary_switches: c.nivcsw,
+            task_time_ns: c.life_ns,
         }
     }
 }
@@ -277,6 +286,8 @@ impl ExecReport {
             },
             partial: exec.partial,
             wall_ns,
+            start_unix_ns: monotonic_to_unix_ns(exec.started_ns),
+            end_unix_ns: monotonic_to_unix_ns(exec.started_ns + wall_ns),
             live_tasks,
             cpu: counters.into(),
             disk: (&stats.disk).into(),

@@ -17,6 +17,7 @@ use std::{
 pub use serde_json::Value;
 
 pub mod backends;
+pub mod browser;
 pub mod runtimes;
 
 /// The profiler binary under test (built by `cargo xtask test`, or named by PROFILER_BIN).

@@ -328,11 +328,13 @@ fn test(filter: Option<&str>) -> Result<()> {
         );
     }
     // The network tests make namespaces and veth pairs with ip(8); the TLS export test makes
-    // a private CA with openssl and terminates TLS with socat.
+    // a private CA with openssl and terminates TLS with socat; the report test loads its page
+    // in headless Chromium.
     ensure_debian_packages(&[
         ("iproute2", "ip"),
         ("openssl", "openssl"),
         ("socat", "socat"),
+        ("chromium", "chromium"),
     ])?;
     // The exporter tests check what real backends receive: rotel (OTLP) and Prometheus.
     let (rotel, prometheus) = ensure_backends()?;

@@ -1,0 +1,650 @@
+//! The HTML page of `profiler report`: one self-contained file (inline CSS, SVG and script;
+//! its Content-Security-Policy forbids any fetch) with the build's time breakdown, a timeline
+//! of the execs (one bar per exec from its start to its end, split by where its task time
+//! went), details on hover, and a table that sorts by any column.
+//!
+//! Everything is rendered here, so the page reads without its script; the script only sorts
+//! the table and shows the hover details. Every string from the records goes through [`esc`].
+
+use std::fmt::Write as _;
+
+use super::{Breakdown, Build, Record, State, summary::http_date};
+use crate::report::{bytes, dur};
+
+const CSS: &str = include_str!("page.css");
+const JS: &str = include_str!("page.js");
+
+/// Text or attribute value, escaped for HTML (and SVG).
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// Offset from the build's start, e.g. "+1.250s".
+fn offset(ns: u64) -> String {
+    format!("+{:.3}s", ns as f64 / 1e9)
+}
+
+pub fn render(build: &Build, source: &str) -> String {
+    let mut s = String::new();
+    let n = build.records.len();
+    let running = build.running();
+    let (t0, t1) = build.span();
+    let _ = write!(
+        s,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>Build profile: {}</title>\n<style>\n{CSS}</style>\n</head>\n<body>\n",
+        esc(source)
+    );
+    let _ = writeln!(s, "<h1>Build profile <small>{}</small></h1>", esc(source));
+    let _ = write!(
+        s,
+        "<p id=\"overview\" data-execs=\"{n}\" data-running=\"{running}\">{n} execs ({} ended",
+        n - running
+    );
+    if running > 0 {
+        let _ = write!(s, ", {running} still running when recorded");
+    }
+    let _ = writeln!(
+        s,
+        "), {} from the first start to the last end, starting {}.</p>",
+        dur(t1 - t0),
+        esc(&http_date(t0))
+    );
+    total_section(&mut s, &build.total());
+    timeline(&mut s, build);
+    table(&mut s, build);
+    s.push_str("<div id=\"tip\" role=\"tooltip\" hidden></div>\n");
+    for (i, r) in build.records.iter().enumerate() {
+        details(&mut s, i, r, t0);
+    }
+    let _ = write!(s, "<script>\n{JS}</script>\n</body>\n</html>\n");
+    s
+}
+
+fn total_section(s: &mut String, t: &Breakdown) {
+    s.push_str("<section id=\"total\">\n<h2>Where the time went</h2>\n<div class=\"stack\">");
+    for (key, label, ns) in t.parts() {
+        let _ = write!(
+            s,
+            "<span class=\"{key}\" style=\"width:{:.3}%\" title=\"{label}\"></span>",
+            pct(ns, t.parts_total())
+        );
+    }
+    s.push_str("</div>\n<table class=\"legend\">\n");
+    // Shares of task time: the rows add up to it.
+    for (key, label, ns) in t.parts() {
+        let _ = writeln!(
+            s,
+            "<tr data-part=\"{key}\"><td><i class=\"{key}\"></i>{label}</td>\
+             <td data-v=\"{ns}\">{}</td><td>{:.1}%</td></tr>",
+            dur(ns),
+            pct(ns, t.task_ns)
+        );
+    }
+    if t.overlap_ns > 0 {
+        let _ = writeln!(
+            s,
+            "<tr data-part=\"overlap\"><td>&minus; counted twice</td><td data-v=\"{}\">{}</td>\
+             <td>&minus;{:.1}%</td></tr>",
+            t.overlap_ns,
+            dur(t.overlap_ns),
+            pct(t.overlap_ns, t.task_ns)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<tr data-part=\"task\" class=\"whole\"><td>= task time</td><td data-v=\"{}\">{}</td>\
+         <td>100%</td></tr>",
+        t.task_ns,
+        dur(t.task_ns)
+    );
+    s.push_str("</table>\n");
+    if t.overlap_ns > 0 {
+        s.push_str(
+            "<p class=\"note\">Counted twice: the end of an IO wait is taken at the wake-up \
+             tracepoint, which the kernel runs after it has queued the task, when its run-queue \
+             wait has begun: a few microseconds per IO wait are in both. Where that makes the \
+             parts exceed an exec's task time, its other is 0.</p>\n",
+        );
+    }
+    s.push_str(
+        "<p class=\"def\">Task time is the sum of the lifetimes of the execs' tasks (threads \
+         included), from fork or the move into the exec to exit. On-CPU, run-queue (runnable, \
+         waiting for a CPU) and IO-wait (blocked in an IO wait) are disjoint parts of it; \
+         other is the rest: sleeping or blocked on anything but IO. A bar below shows these \
+         shares of its exec's task time across its span: how much, not when.</p>\n</section>\n",
+    );
+}
+
+/// Layout of the timeline, in SVG user units.
+const WIDTH: f64 = 1200.0;
+const LABEL_W: f64 = 250.0;
+const RIGHT_PAD: f64 = 24.0;
+const AXIS_H: f64 = 26.0;
+
+fn timeline(s: &mut String, build: &Build) {
+    let n = build.records.len();
+    let (t0, t1) = build.span();
+    let span = (t1 - t0).max(1) as f64;
+    let row_h = if n <= 30 {
+        20.0
+    } else {
+        (600.0 / n as f64).max(3.0)
+    };
+    let bar_w = WIDTH - LABEL_W - RIGHT_PAD;
+    let height = AXIS_H + row_h * n as f64 + 6.0;
+    let x_of = |unix_ns: u64| LABEL_W + (unix_ns - t0) as f64 / span * bar_w;
+    let _ = writeln!(
+        s,
+        "<section>\n<h2>Timeline</h2>\n<svg id=\"timeline\" viewBox=\"0 0 {WIDTH} {height:.1}\" \
+         xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"one bar per exec, \
+         from its start to its end\">"
+    );
+    // Time axis: ticks at a round step, 4 to 10 of them.
+    let step = tick_step((t1 - t0).max(1));
+    s.push_str("<g class=\"axis\">");
+    let mut t = 0u64;
+    while t <= t1 - t0 {
+        let x = x_of(t0 + t);
+        let _ = write!(
+            s,
+            "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{height:.1}\"/>\
+             <text x=\"{x:.1}\" y=\"{:.1}\">{}</text>",
+            AXIS_H - 6.0,
+            AXIS_H - 10.0,
+            esc(&tick_label(t, step))
+        );
+        t += step;
+    }
+    s.push_str("</g>\n");
+    for (i, r) in build.records.iter().enumerate() {
+        let y = AXIS_H + row_h * i as f64;
+        let bar_h = (row_h * 0.7).max(2.0);
+        let by = y + (row_h - bar_h) / 2.0;
+        let x0 = x_of(r.start_unix_ns);
+        let w = (x_of(r.end_unix_ns.max(r.start_unix_ns)) - x0).max(1.0);
+        let class = match r.state {
+            State::Ended => "exec",
+            State::Running => "exec running",
+        };
+        let _ = write!(
+            s,
+            "<g class=\"{class}\" data-row=\"{i}\"><rect class=\"hit\" x=\"0\" y=\"{y:.2}\" \
+             width=\"{WIDTH}\" height=\"{row_h:.2}\"/>"
+        );
+        if row_h >= 11.0 {
+            let _ = write!(
+                s,
+                "<text class=\"label\" x=\"{:.1}\" y=\"{:.2}\">{}</text>",
+                LABEL_W - 8.0,
+                y + row_h / 2.0,
+                esc(&shorten(&r.exec, 34))
+            );
+        }
+        let b = r.breakdown();
+        let whole = b.parts_total();
+        if whole == 0 {
+            let _ = write!(
+                s,
+                "<rect class=\"none\" x=\"{x0:.2}\" y=\"{by:.2}\" width=\"{w:.2}\" height=\"{bar_h:.2}\"/>"
+            );
+        } else {
+            let mut x = x0;
+            for (key, _, ns) in b.parts() {
+                if ns == 0 {
+                    continue;
+                }
+                let sw = w * ns as f64 / whole as f64;
+                let _ = write!(
+                    s,
+                    "<rect class=\"{key}\" x=\"{x:.2}\" y=\"{by:.2}\" width=\"{sw:.2}\" height=\"{bar_h:.2}\"/>"
+                );
+                x += sw;
+            }
+        }
+        if r.state == State::Running {
+            let _ = write!(
+                s,
+                "<rect class=\"open\" x=\"{x0:.2}\" y=\"{by:.2}\" width=\"{w:.2}\" height=\"{bar_h:.2}\"/>"
+            );
+        }
+        s.push_str("</g>\n");
+    }
+    s.push_str("</svg>\n<p class=\"legend-line\">");
+    for (key, label, _) in Breakdown::default().parts() {
+        let _ = write!(s, "<i class=\"{key}\"></i>{label} ");
+    }
+    s.push_str(
+        "<i class=\"none\"></i>no tasks &nbsp; <i class=\"open\"></i>dashed: still running \
+         when recorded</p>\n</section>\n",
+    );
+}
+
+/// A round step (1, 2 or 5 times a power of ten, in ns) giving 4 to 10 ticks over `span`.
+fn tick_step(span: u64) -> u64 {
+    let mut step = 1u64;
+    loop {
+        for m in [1, 2, 5] {
+            let s = step.saturating_mul(m);
+            if span / s <= 10 {
+                return s;
+            }
+        }
+        step = step.saturating_mul(10);
+    }
+}
+
+/// A tick's offset: whole seconds, seconds with the decimals the step needs, or below a
+/// second as ms (us, ns).
+fn tick_label(t: u64, step: u64) -> String {
+    if step >= 1_000_000_000 {
+        format!("{}s", t / 1_000_000_000)
+    } else if t >= 1_000_000_000 {
+        let decimals = match step {
+            100_000_000.. => 1,
+            10_000_000.. => 2,
+            1_000_000.. => 3,
+            _ => 6,
+        };
+        format!("{:.*}s", decimals, t as f64 / 1e9)
+    } else if step >= 1_000_000 {
+        format!("{}ms", t / 1_000_000)
+    } else {
+        dur(t)
+    }
+}
+
+fn shorten(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_owned();
+    }
+    // Keep the end of a path: the exec's own name is there.
+    let tail: String = s
+        .chars()
+        .rev()
+        .take(n - 1)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("…{tail}")
+}
+
+/// A table cell: the sort key in data-v (empty when the figure is missing), the text shown.
+struct Cell {
+    key: &'static str,
+    v: String,
+    text: String,
+    title: Option<String>,
+}
+
+fn num(key: &'static str, v: u64, text: String) -> Cell {
+    Cell {
+        key,
+        v: v.to_string(),
+        text,
+        title: None,
+    }
+}
+
+fn missing(key: &'static str, why: String) -> Cell {
+    Cell {
+        key,
+        v: String::new(),
+        text: "n/a".into(),
+        title: Some(why),
+    }
+}
+
+/// Columns: (key, header, sorts as text).
+const COLUMNS: [(&str, &str, bool); 15] = [
+    ("exec", "exec", true),
+    ("state", "state", true),
+    ("start", "start", false),
+    ("wall", "wall", false),
+    ("task_time", "task time", false),
+    ("on_cpu", "on-CPU", false),
+    ("runq", "run-queue", false),
+    ("iowait", "IO-wait", false),
+    ("other", "other", false),
+    ("disk_read", "disk read", false),
+    ("disk_write", "disk write", false),
+    ("net_rx", "net rx", false),
+    ("net_tx", "net tx", false),
+    ("memory_peak", "memory peak", false),
+    ("processes", "procs", false),
+];
+
+fn cells(r: &Record, t0: u64) -> Vec<Cell> {
+    let b = r.breakdown();
+    let text = |key, v: &str| Cell {
+        key,
+        v: v.to_owned(),
+        text: v.to_owned(),
+        title: None,
+    };
+    let state = match (r.state, r.partial) {
+        (State::Ended, false) => "ended",
+        (State::Ended, true) => "ended, partial",
+        (State::Running, false) => "running",
+        (State::Running, true) => "running, partial",
+    };
+    let mut v = vec![
+        text("exec", &r.exec),
+        text("state", state),
+        num("start", r.start_unix_ns - t0, offset(r.start_unix_ns - t0)),
+        num("wall", r.wall_ns, dur(r.wall_ns)),
+        num("task_time", b.task_ns, dur(b.task_ns)),
+        num("on_cpu", b.on_cpu_ns, dur(b.on_cpu_ns)),
+        num("runq", b.runq_ns, dur(b.runq_ns)),
+        num("iowait", b.iowait_ns, dur(b.iowait_ns)),
+        num("other", b.other_ns, dur(b.other_ns)),
+        num("disk_read", r.disk.read_bytes, bytes(r.disk.read_bytes)),
+        num("disk_write", r.disk.write_bytes, bytes(r.disk.write_bytes)),
+    ];
+    match r.sockets() {
+        Ok(t) => {
+            v.push(num("net_rx", t.rx_bytes, bytes(t.rx_bytes)));
+            v.push(num("net_tx", t.tx_bytes, bytes(t.tx_bytes)));
+        }
+        Err(why) => {
+            v.push(missing("net_rx", why.clone()));
+            v.push(missing("net_tx", why));
+        }
+    }
+    v.push(match r.memory_peak() {
+        Ok((m, _)) => num("memory_peak", m, bytes(m)),
+        Err(why) => missing("memory_peak", why),
+    });
+    v.push(num(
+        "processes",
+        r.tasks.processes_started,
+        r.tasks.processes_started.to_string(),
+    ));
+    v
+}
+
+fn table(s: &mut String, build: &Build) {
+    let (t0, _) = build.span();
+    s.push_str(
+        "<section>\n<h2>Execs</h2>\n<p class=\"hint\">Click a column's header to sort by it; \
+         hover a row or a bar for details. Net is the exec's sockets (IP bytes, loopback \
+         included); procs counts the processes forked in the exec (not one moved into it).</p>\n<div class=\"scroll\"><table id=\"execs\">\n<thead><tr>",
+    );
+    for (key, header, is_text) in COLUMNS {
+        let _ = write!(
+            s,
+            "<th data-key=\"{key}\" data-type=\"{}\" aria-sort=\"{}\">{header}</th>",
+            if is_text { "text" } else { "number" },
+            if key == "start" { "ascending" } else { "none" }
+        );
+    }
+    s.push_str("</tr></thead>\n<tbody>\n");
+    for (i, r) in build.records.iter().enumerate() {
+        let _ = write!(
+            s,
+            "<tr data-row=\"{i}\" data-cgroup-id=\"{}\">",
+            r.cgroup_id
+        );
+        for c in cells(r, t0) {
+            let title = c
+                .title
+                .map(|t| format!(" title=\"{}\"", esc(&t)))
+                .unwrap_or_default();
+            let _ = write!(
+                s,
+                "<td data-key=\"{}\" data-v=\"{}\"{title}>{}</td>",
+                c.key,
+                esc(&c.v),
+                esc(&c.text)
+            );
+        }
+        s.push_str("</tr>\n");
+    }
+    s.push_str("</tbody>\n</table></div>\n</section>\n");
+}
+
+/// The hover details of one exec, as an inert template.
+fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
+    let b = r.breakdown();
+    let _ = write!(
+        s,
+        "<template id=\"detail-{i}\"><h3>{}</h3><p>{}{} &middot; cgroup {}</p><table>",
+        esc(&r.exec),
+        match r.state {
+            State::Ended => "ended",
+            State::Running => "still running when recorded",
+        },
+        if r.partial {
+            " &middot; partial: already running when the profiler attached"
+        } else {
+            ""
+        },
+        r.cgroup_id
+    );
+    let row = |s: &mut String, key: &str, th: &str, td: String| {
+        let _ = write!(s, "<tr data-key=\"{key}\"><th>{th}</th><td>{td}</td></tr>");
+    };
+    row(
+        s,
+        "span",
+        "span",
+        format!(
+            "{} to {}, wall {}",
+            offset(r.start_unix_ns - t0),
+            offset(r.end_unix_ns.max(r.start_unix_ns) - t0),
+            dur(r.wall_ns)
+        ),
+    );
+    let whole = b.parts_total();
+    let mut parts = format!("{} =", dur(b.task_ns));
+    for (k, (key, label, ns)) in b.parts().into_iter().enumerate() {
+        let _ = write!(
+            parts,
+            "{} <i class=\"{key}\"></i>{label} {} ({:.1}%)",
+            if k == 0 { "" } else { " +" },
+            dur(ns),
+            pct(ns, whole)
+        );
+    }
+    if b.overlap_ns > 0 {
+        let _ = write!(parts, " &minus; {} counted twice", dur(b.overlap_ns));
+    }
+    row(s, "task_time", "task time", parts);
+    let stall = r.cpu.swapin_ns + r.cpu.reclaim_ns + r.cpu.thrashing_ns;
+    if stall > 0 {
+        row(s, "memory_stall", "memory stall", dur(stall));
+    }
+    row(
+        s,
+        "disk",
+        "disk",
+        format!(
+            "read {} ({} req), write {} ({} req)",
+            bytes(r.disk.read_bytes),
+            r.disk.read_requests,
+            bytes(r.disk.write_bytes),
+            r.disk.write_requests
+        ),
+    );
+    row(
+        s,
+        "syscalls",
+        "read/write calls",
+        format!(
+            "read {}, write {} (page cache included)",
+            bytes(r.io.read_bytes),
+            bytes(r.io.write_bytes)
+        ),
+    );
+    let net = match r.sockets() {
+        Ok(t) => {
+            let lo = r
+                .network
+                .as_ref()
+                .and_then(|n| n.sockets.as_ref())
+                .map(|k| k.loopback)
+                .unwrap_or_default();
+            let mut x = format!(
+                "sockets rx {}, tx {} (loopback rx {}, tx {})",
+                bytes(t.rx_bytes),
+                bytes(t.tx_bytes),
+                bytes(lo.rx_bytes),
+                bytes(lo.tx_bytes)
+            );
+            if let Some(i) = r.network.as_ref().and_then(|n| n.interfaces_total) {
+                let _ = write!(
+                    x,
+                    "; own namespace's interfaces rx {}, tx {}",
+                    bytes(i.rx_bytes),
+                    bytes(i.tx_bytes)
+                );
+            }
+            x
+        }
+        Err(why) => format!("n/a: {}", esc(&why)),
+    };
+    row(s, "network", "network", net);
+    let mem = match r.memory_peak() {
+        Ok((m, source)) => format!("{} ({source})", bytes(m)),
+        Err(why) => format!("n/a: {}", esc(&why)),
+    };
+    row(s, "memory_peak", "memory peak", mem);
+    row(
+        s,
+        "processes",
+        "processes",
+        format!(
+            "{} started, {} threads, {} execve",
+            r.tasks.processes_started, r.tasks.threads_started, r.tasks.execve
+        ),
+    );
+    s.push_str("</table>");
+    if !r.processes.is_empty() {
+        s.push_str("<ol class=\"procs\">");
+        let mut procs: Vec<_> = r.processes.iter().collect();
+        procs.sort_by_key(|p| std::cmp::Reverse(p.on_cpu_ns));
+        for p in procs.iter().take(5) {
+            let _ = write!(
+                s,
+                "<li><b>{}</b> pid {} &middot; CPU {}</li>",
+                esc(&shorten_front(p.name(), 80)),
+                p.pid,
+                dur(p.on_cpu_ns)
+            );
+        }
+        if procs.len() > 5 {
+            let _ = write!(s, "<li>and {} more</li>", procs.len() - 5);
+        }
+        s.push_str("</ol>");
+    }
+    if !r.notes.is_empty() {
+        s.push_str("<ul class=\"notes\">");
+        for n in &r.notes {
+            let _ = write!(s, "<li>{}</li>", esc(n));
+        }
+        s.push_str("</ul>");
+    }
+    s.push_str("</template>\n");
+}
+
+/// The first `n` characters of a command line.
+fn shorten_front(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{cpu, line};
+    use super::*;
+
+    #[test]
+    fn escapes_every_record_string() {
+        let evil = r#"<img src=x onerror=alert(1)>&"'"#;
+        let json = serde_json::to_string(evil).unwrap();
+        let rec = line("x", 1, "ended", 0, 100, &cpu(1, 0, 0, 2))
+            .replace(r#""exec":"x""#, &format!(r#""exec":{json}"#))
+            .replace("dd if=/dev/zero", "</template><script>alert(2)</script>");
+        let b = Build::read(rec.as_bytes(), "a<b>.jsonl").unwrap();
+        let page = render(&b, "a<b>.jsonl");
+        assert!(!page.contains("<img"), "{page}");
+        assert!(!page.contains("<script>alert"), "{page}");
+        assert!(!page.contains("<b>.jsonl"), "{page}");
+        assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;&amp;&quot;&#39;"));
+        assert_eq!(esc("a&<>\"'b"), "a&amp;&lt;&gt;&quot;&#39;b");
+    }
+
+    #[test]
+    fn page_is_self_contained_and_lists_every_exec() {
+        let text = [
+            line(
+                "compile",
+                1,
+                "ended",
+                0,
+                2000,
+                &cpu(1_500_000_000, 0, 0, 1_900_000_000),
+            ),
+            line("fetch", 2, "ended", 1, 500, &cpu(100, 0, 300, 1000)),
+            line("idle", 3, "running", 2, 100, &cpu(0, 0, 0, 0)),
+        ]
+        .join("\n");
+        let b = Build::read(text.as_bytes(), "t").unwrap();
+        let page = render(&b, "t");
+        // Nothing is fetched: no URL in a src or href, no external reference.
+        for bad in ["src=", "href=", "url(", "@import", "http://", "https://"] {
+            let n = page.matches(bad).count();
+            let allowed = if bad == "http://" { 1 } else { 0 }; // the SVG namespace
+            assert_eq!(n, allowed, "{bad} in the page");
+        }
+        assert_eq!(page.matches("<tr data-row=").count(), 3);
+        assert_eq!(page.matches("<g class=\"exec").count(), 3);
+        assert_eq!(page.matches("<template id=\"detail-").count(), 3);
+        assert!(page.contains("<g class=\"exec running\" data-row=\"2\">"));
+        assert!(page.contains("<rect class=\"none\""), "a bar without tasks");
+        assert!(page.contains("data-execs=\"3\" data-running=\"1\""));
+        assert!(page.contains("<td data-key=\"disk_write\" data-v=\"1048576\">1.0MiB</td>"));
+        assert!(page.contains("<td data-key=\"memory_peak\" data-v=\"\" title=\"the memory"));
+    }
+
+    #[test]
+    fn ticks_are_round() {
+        assert_eq!(tick_step(10_000_000_000), 1_000_000_000);
+        assert_eq!(tick_step(12_000_000_000), 2_000_000_000);
+        assert_eq!(tick_step(1), 1);
+        assert_eq!(tick_step(35_000_000), 5_000_000);
+        assert_eq!(tick_label(2_000_000_000, 1_000_000_000), "2s");
+        assert_eq!(tick_label(1_500_000_000, 500_000_000), "1.5s");
+        assert_eq!(tick_label(1_250_000_000, 50_000_000), "1.25s");
+        assert_eq!(tick_label(500_000_000, 500_000_000), "500ms");
+        assert_eq!(shorten("a/very/long/path", 6), "…/path");
+    }
+}

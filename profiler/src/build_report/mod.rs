@@ -1,0 +1,568 @@
+//! `profiler report`: a picture of a build from the JSON lines that `attach --output json`
+//! wrote. The records are read back here ([`Record`], only the fields the picture uses), the
+//! time of each exec is broken down ([`Breakdown`]), and two renderings are made: a terminal
+//! summary ([`summary`]) and a self-contained HTML page ([`html`]).
+
+pub mod html;
+pub mod summary;
+
+use std::{
+    collections::HashMap,
+    fs,
+    io::{BufRead, BufReader},
+    ops::AddAssign,
+    path::Path,
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Deserialize;
+
+/// One exec record as `attach` writes it (see README, "JSON"): only the fields the picture
+/// uses. Unknown fields are ignored; those it uses are required as they are always written
+/// (a default would turn a renamed field into silent zeros), Options where the record may
+/// hold null or leave them out.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Record {
+    pub exec: String,
+    pub cgroup_id: u64,
+    pub state: State,
+    pub partial: bool,
+    pub wall_ns: u64,
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
+    pub cpu: Cpu,
+    pub disk: Disk,
+    pub io: Io,
+    pub tasks: Tasks,
+    pub processes: Vec<Process>,
+    pub cgroup: Option<Cgroup>,
+    pub network: Option<Network>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Ended,
+    Running,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Cpu {
+    pub on_cpu_ns: u64,
+    pub runq_delay_ns: u64,
+    pub iowait_ns: u64,
+    pub swapin_ns: u64,
+    pub reclaim_ns: u64,
+    pub thrashing_ns: u64,
+    pub task_time_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Disk {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_requests: u64,
+    pub write_requests: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Io {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Tasks {
+    pub processes_started: u64,
+    pub threads_started: u64,
+    pub execve: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Process {
+    pub pid: u32,
+    pub comm: String,
+    pub args: String,
+    pub on_cpu_ns: u64,
+}
+
+impl Process {
+    /// The command line, else the command name.
+    pub fn name(&self) -> &str {
+        if self.args.is_empty() {
+            &self.comm
+        } else {
+            &self.args
+        }
+    }
+}
+
+/// Figures a host may lack are null or left out: all optional.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Cgroup {
+    pub memory_peak_bytes: Option<Sourced>,
+    pub v1_memory_max_usage_bytes: Option<Sourced>,
+}
+
+/// A cgroup-file figure: its value, or why it is missing.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Sourced {
+    pub value: Option<u64>,
+    pub missing: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Network {
+    pub sockets: Option<Sockets>,
+    pub sockets_missing: Option<String>,
+    pub interfaces_total: Option<Traffic>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Sockets {
+    /// All of the sockets' traffic, written flat beside `loopback`.
+    #[serde(flatten)]
+    pub all: Traffic,
+    pub loopback: Traffic,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+pub struct Traffic {
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+}
+
+impl Record {
+    /// Memory peak and where it comes from: cgroup v2 `memory.peak`, else (hybrid hosts) v1
+    /// `memory.max_usage_in_bytes`; otherwise why there is none.
+    pub fn memory_peak(&self) -> Result<(u64, &'static str), String> {
+        let Some(c) = &self.cgroup else {
+            return Err("the record has no cgroup figures".into());
+        };
+        let v2 = c.memory_peak_bytes.as_ref();
+        if let Some(v) = v2.and_then(|s| s.value) {
+            return Ok((v, "memory.peak"));
+        }
+        if let Some(v) = c.v1_memory_max_usage_bytes.as_ref().and_then(|s| s.value) {
+            return Ok((v, "v1 memory.max_usage_in_bytes"));
+        }
+        Err(v2
+            .and_then(|s| s.missing.clone())
+            .unwrap_or_else(|| "not in the record".into()))
+    }
+
+    /// Bytes received and sent by the exec's sockets (any namespace, loopback included).
+    pub fn sockets(&self) -> Result<Traffic, String> {
+        match &self.network {
+            Some(n) => match &n.sockets {
+                Some(s) => Ok(s.all),
+                None => Err(n
+                    .sockets_missing
+                    .clone()
+                    .unwrap_or_else(|| "no socket view".into())),
+            },
+            None => Err("the record has no network figures".into()),
+        }
+    }
+
+    pub fn breakdown(&self) -> Breakdown {
+        Breakdown::of(&self.cpu)
+    }
+}
+
+/// Where an exec's task time went: `on_cpu + runq + iowait + other - overlap == task`, and at
+/// most one of `other` and `overlap` is non-zero.
+///
+/// The whole is task time: the sum of the exec's task lifetimes (`cpu.task_time_ns`).
+/// On-CPU, run-queue and IO-wait are disjoint states of a task; `other` is the rest of its
+/// life (sleeping, or blocked on anything but IO). Memory stalls are no part of it: delay
+/// accounting times them across the IO waits and CPU time they contain. `overlap` is how far
+/// the three measured parts exceed the whole where they do (never hidden in a negative
+/// `other`): the profiler times an IO wait up to the wake-up tracepoint, which the kernel
+/// runs after it has queued the task and its run-queue wait has begun, so an exec that
+/// barely sleeps otherwise shows a few microseconds per IO wait counted twice (3.4 us per
+/// wait for a direct-IO dd on the 6.18 host).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Breakdown {
+    pub task_ns: u64,
+    pub on_cpu_ns: u64,
+    pub runq_ns: u64,
+    pub iowait_ns: u64,
+    pub other_ns: u64,
+    pub overlap_ns: u64,
+}
+
+impl Breakdown {
+    pub fn of(c: &Cpu) -> Self {
+        let parts = c
+            .on_cpu_ns
+            .saturating_add(c.runq_delay_ns)
+            .saturating_add(c.iowait_ns);
+        Self {
+            task_ns: c.task_time_ns,
+            on_cpu_ns: c.on_cpu_ns,
+            runq_ns: c.runq_delay_ns,
+            iowait_ns: c.iowait_ns,
+            other_ns: c.task_time_ns.saturating_sub(parts),
+            overlap_ns: parts.saturating_sub(c.task_time_ns),
+        }
+    }
+
+    /// The parts, in the order they are drawn: (key, label, ns).
+    pub fn parts(&self) -> [(&'static str, &'static str, u64); 4] {
+        [
+            ("cpu", "on-CPU", self.on_cpu_ns),
+            ("runq", "run-queue", self.runq_ns),
+            ("iowait", "IO-wait", self.iowait_ns),
+            ("other", "other", self.other_ns),
+        ]
+    }
+
+    /// What the parts add up to: task time, plus the overlap.
+    pub fn parts_total(&self) -> u64 {
+        self.task_ns + self.overlap_ns
+    }
+}
+
+impl AddAssign for Breakdown {
+    fn add_assign(&mut self, o: Self) {
+        self.task_ns += o.task_ns;
+        self.on_cpu_ns += o.on_cpu_ns;
+        self.runq_ns += o.runq_ns;
+        self.iowait_ns += o.iowait_ns;
+        self.other_ns += o.other_ns;
+        self.overlap_ns += o.overlap_ns;
+    }
+}
+
+/// The execs of a recording, ordered by start.
+#[derive(Clone, Debug, Default)]
+pub struct Build {
+    pub records: Vec<Record>,
+    /// "running" records dropped because a later record of the same exec replaced them.
+    pub superseded: usize,
+}
+
+impl Build {
+    /// Read JSON lines. For each exec (cgroup id) its "ended" record is kept, else its last
+    /// "running" one. Blank lines are skipped; anything else that is not a record is an error
+    /// naming its line.
+    pub fn read(input: impl BufRead, name: &str) -> Result<Self> {
+        let mut records: Vec<Record> = Vec::new();
+        let mut by_id: HashMap<u64, usize> = HashMap::new();
+        let mut superseded = 0;
+        for (i, line) in input.lines().enumerate() {
+            let n = i + 1;
+            let line = line.with_context(|| format!("cannot read {name} line {n}"))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let r: Record = serde_json::from_str(&line).map_err(|e| {
+                anyhow::anyhow!("{name} line {n}: not an exec record: {}", json_error(&e))
+            })?;
+            match by_id.get(&r.cgroup_id) {
+                None => {
+                    by_id.insert(r.cgroup_id, records.len());
+                    records.push(r);
+                }
+                Some(&at) => {
+                    let old = &records[at];
+                    if old.state == State::Ended && r.state == State::Ended {
+                        bail!(
+                            "{name} line {n}: a second \"ended\" record of exec {} (cgroup {})",
+                            r.exec,
+                            r.cgroup_id
+                        );
+                    }
+                    superseded += 1;
+                    if old.state == State::Running {
+                        records[at] = r;
+                    }
+                }
+            }
+        }
+        if records.is_empty() {
+            bail!(
+                "{name} holds no exec records (expected the JSON lines of `profiler attach --output json`)"
+            );
+        }
+        records.sort_by(|a, b| {
+            (a.start_unix_ns, &a.exec, a.cgroup_id).cmp(&(b.start_unix_ns, &b.exec, b.cgroup_id))
+        });
+        Ok(Self {
+            records,
+            superseded,
+        })
+    }
+
+    /// First start and last end, in Unix ns.
+    pub fn span(&self) -> (u64, u64) {
+        let start = self.records.iter().map(|r| r.start_unix_ns).min();
+        let end = self.records.iter().map(|r| r.end_unix_ns).max();
+        (start.unwrap_or(0), end.unwrap_or(0))
+    }
+
+    pub fn total(&self) -> Breakdown {
+        let mut t = Breakdown::default();
+        for r in &self.records {
+            t += r.breakdown();
+        }
+        t
+    }
+
+    pub fn running(&self) -> usize {
+        self.records
+            .iter()
+            .filter(|r| r.state == State::Running)
+            .count()
+    }
+}
+
+/// serde_json's message without its position (each line is one document: the column is
+/// what locates the fault).
+fn json_error(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let msg = match msg.rsplit_once(" at line ") {
+        Some((m, _)) => m.to_owned(),
+        None => msg,
+    };
+    if e.column() > 0 {
+        format!("{msg} (column {})", e.column())
+    } else {
+        msg
+    }
+}
+
+/// `profiler report`: read the records, write the page, print the summary.
+pub fn run(input: &str, html_out: &Path, top: usize) -> Result<()> {
+    let (build, name) = if input == "-" {
+        (Build::read(std::io::stdin().lock(), "stdin")?, "stdin")
+    } else {
+        let f = fs::File::open(input).with_context(|| format!("cannot open {input}"))?;
+        (Build::read(BufReader::new(f), input)?, input)
+    };
+    let page = html::render(&build, name);
+    fs::write(html_out, page).with_context(|| format!("cannot write {}", html_out.display()))?;
+    print!("{}", summary::render(&build, top));
+    eprintln!(
+        "profiler: wrote {} ({} execs)",
+        html_out.display(),
+        build.records.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A record line as `attach` writes it (trimmed to what matters here).
+    pub fn line(exec: &str, id: u64, state: &str, start_s: u64, wall_ms: u64, cpu: &str) -> String {
+        let start = 1_700_000_000_000_000_000 + start_s * 1_000_000_000;
+        let wall = wall_ms * 1_000_000;
+        format!(
+            r#"{{"exec":"{exec}","cgroup_id":{id},"state":"{state}","partial":false,"wall_ns":{wall},"start_unix_ns":{start},"end_unix_ns":{},"live_tasks":0,"cpu":{cpu},"disk":{{"read_bytes":4096,"write_bytes":1048576,"read_requests":1,"write_requests":1}},"io":{{"read_bytes":0,"write_bytes":0}},"tasks":{{"processes_started":1,"threads_started":0,"execve":1}},"processes":[{{"pid":7,"comm":"dd","args":"dd if=/dev/zero","on_cpu_ns":5}}],"other_processes":{{}},"cgroup":{{"memory_peak_bytes":{{"source":"memory.peak","when":"none","missing":"the memory controller is not on the cgroup v2 hierarchy"}}}},"network":{{"namespace":"host","sockets":{{"rx_bytes":10,"rx_packets":1,"tx_bytes":20,"tx_packets":1,"loopback":{{"rx_bytes":0,"rx_packets":0,"tx_bytes":0,"tx_packets":0}}}},"interfaces":[]}},"notes":[]}}"#,
+            start + wall
+        )
+    }
+
+    pub fn cpu(on: u64, rq: u64, io: u64, task: u64) -> String {
+        format!(
+            r#"{{"on_cpu_ns":{on},"user_ns":{on},"system_ns":0,"runq_delay_ns":{rq},"runq_waits":1,"iowait_ns":{io},"iowait_waits":1,"swapin_ns":0,"reclaim_ns":0,"thrashing_ns":0,"voluntary_switches":1,"involuntary_switches":0,"task_time_ns":{task}}}"#
+        )
+    }
+
+    /// The reader takes what the writer writes: a record made by the monitor's own code.
+    #[test]
+    fn reads_the_records_the_profiler_writes() {
+        use crate::{
+            execs::{Execs, build_report},
+            network::{NetInput, NetReport},
+        };
+        use profiler_common::{ExecStats, SockTraffic};
+        let mut execs = Execs::new("/base", 10);
+        execs.add_exec(9, "/base/step-1", 1_000);
+        let exec = execs.get(9).unwrap();
+        let mut stats = ExecStats::default();
+        stats.ended.oncpu_ns = 40;
+        stats.ended.runq_ns = 10;
+        stats.ended.iowait_ns = 5;
+        stats.ended.life_ns = 100;
+        stats.disk.write_bytes = 4096;
+        let mut report = build_report(exec, &stats, None, 51_000, 10, Vec::new());
+        let sock = SockTraffic {
+            rx_bytes: 7,
+            tx_bytes: 8,
+            lo_tx_bytes: 3,
+            ..Default::default()
+        };
+        report.network = Some(NetReport::build(NetInput {
+            sock: &sock,
+            sockets_status: &Ok(()),
+            interfaces_status: &Ok(()),
+            namespaces: &[],
+            ifaces: &[],
+            faults: None,
+        }));
+        let b = Build::read(report.json().as_bytes(), "t").unwrap();
+        let r = &b.records[0];
+        assert_eq!(
+            (r.exec.as_str(), r.cgroup_id, r.state),
+            ("step-1", 9, State::Running)
+        );
+        assert_eq!(r.wall_ns, 50_000);
+        assert_eq!(r.end_unix_ns - r.start_unix_ns, 50_000);
+        assert_eq!(r.disk.write_bytes, 4096);
+        let t = r.sockets().unwrap();
+        assert_eq!((t.rx_bytes, t.tx_bytes), (7, 8));
+        let lo = r
+            .network
+            .as_ref()
+            .unwrap()
+            .sockets
+            .as_ref()
+            .unwrap()
+            .loopback;
+        assert_eq!(lo.tx_bytes, 3);
+        let br = r.breakdown();
+        assert_eq!((br.task_ns, br.on_cpu_ns, br.other_ns), (100, 40, 45));
+        assert_eq!(
+            r.memory_peak().unwrap_err(),
+            "the record has no cgroup figures"
+        );
+    }
+
+    fn read(text: &str) -> Result<Build> {
+        Build::read(text.as_bytes(), "t.jsonl")
+    }
+
+    #[test]
+    fn ended_records_supersede_running_ones() {
+        let text = [
+            line("a", 1, "running", 0, 100, &cpu(1, 0, 0, 2)),
+            line("b", 2, "ended", 1, 100, &cpu(1, 0, 0, 2)),
+            line("a", 1, "ended", 0, 300, &cpu(3, 0, 0, 4)),
+            line("a", 1, "running", 0, 400, &cpu(9, 0, 0, 9)),
+            String::new(),
+            line("c", 3, "running", 2, 100, &cpu(1, 0, 0, 1)),
+            line("c", 3, "running", 2, 200, &cpu(2, 0, 0, 2)),
+        ]
+        .join("\n");
+        let b = read(&text).unwrap();
+        let got: Vec<(&str, State, u64)> = b
+            .records
+            .iter()
+            .map(|r| (r.exec.as_str(), r.state, r.cpu.on_cpu_ns))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", State::Ended, 3),
+                ("b", State::Ended, 1),
+                ("c", State::Running, 2), // the last running record
+            ]
+        );
+        assert_eq!(b.superseded, 3);
+        assert_eq!(b.running(), 1);
+    }
+
+    #[test]
+    fn a_bad_line_is_an_error_naming_it() {
+        let good = line("a", 1, "ended", 0, 100, &cpu(1, 0, 0, 2));
+        let e = read(&format!("{good}\n{{oops\n")).unwrap_err().to_string();
+        assert!(e.starts_with("t.jsonl line 2: not an exec record: "), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+        let e = read(&format!("{good}\n\n{{\"exec\":\"x\"}}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.jsonl line 3: "), "{e}");
+        assert!(e.contains("missing field `cgroup_id`"), "{e}");
+        let e = read(&good.replace("\"ended\"", "\"gone\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 1") && e.contains("unknown variant `gone`"),
+            "{e}"
+        );
+        // A record of a profiler without task time or Unix times says what it lacks.
+        let e = read(&good.replace("\"task_time_ns\"", "\"x\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `task_time_ns`"), "{e}");
+        let e = read(&format!("{good}\n{good}")).unwrap_err().to_string();
+        assert!(e.contains("line 2: a second \"ended\" record"), "{e}");
+    }
+
+    #[test]
+    fn empty_input_is_an_error() {
+        for text in ["", "\n  \n"] {
+            let e = read(text).unwrap_err().to_string();
+            assert!(e.contains("holds no exec records"), "{e}");
+        }
+    }
+
+    #[test]
+    fn breakdown_sums_to_task_time() {
+        let b = Breakdown::of(&Cpu {
+            on_cpu_ns: 50,
+            runq_delay_ns: 20,
+            iowait_ns: 10,
+            task_time_ns: 100,
+            ..Default::default()
+        });
+        assert_eq!(b.other_ns, 20);
+        assert_eq!(b.overlap_ns, 0);
+        let sum: u64 = b.parts().iter().map(|p| p.2).sum();
+        assert_eq!(sum, b.task_ns);
+        // Parts beyond the whole (counted twice at wake-ups): no negative "other", the
+        // overlap is kept.
+        let b = Breakdown::of(&Cpu {
+            on_cpu_ns: 100,
+            runq_delay_ns: 3,
+            iowait_ns: 0,
+            task_time_ns: 101,
+            ..Default::default()
+        });
+        assert_eq!((b.other_ns, b.overlap_ns), (0, 2));
+        let sum: u64 = b.parts().iter().map(|p| p.2).sum();
+        assert_eq!(sum, b.parts_total());
+        assert_eq!(b.parts_total(), b.task_ns + 2);
+    }
+
+    #[test]
+    fn totals_add_up() {
+        let text = [
+            line("a", 1, "ended", 0, 100, &cpu(50, 20, 10, 100)),
+            line("b", 2, "ended", 1, 100, &cpu(7, 1, 1, 1000)),
+        ]
+        .join("\n");
+        let b = read(&text).unwrap();
+        let t = b.total();
+        assert_eq!(t.task_ns, 1100);
+        assert_eq!(t.on_cpu_ns + t.runq_ns + t.iowait_ns + t.other_ns, 1100);
+        assert_eq!(t.other_ns, 20 + 991);
+        let (s, e) = b.span();
+        assert_eq!(e - s, 1_100_000_000);
+    }
+
+    #[test]
+    fn figures_missing_from_a_record_say_why() {
+        let b = read(&line("a", 1, "ended", 0, 100, &cpu(1, 0, 0, 2))).unwrap();
+        let r = &b.records[0];
+        assert_eq!(
+            r.memory_peak().unwrap_err(),
+            "the memory controller is not on the cgroup v2 hierarchy"
+        );
+        assert_eq!(r.sockets().unwrap().tx_bytes, 20);
+        let b = read(&line("a", 1, "ended", 0, 100, &cpu(1, 0, 0, 2)).replace(
+            r#""when":"none","missing":"the memory controller is not on the cgroup v2 hierarchy""#,
+            r#""when":"final","value":123"#,
+        ))
+        .unwrap();
+        assert_eq!(b.records[0].memory_peak().unwrap(), (123, "memory.peak"));
+    }
+}
