@@ -709,6 +709,9 @@ fn try_exec(task: *const u8) -> Option<()> {
     let entry = entry_of(unsafe { bpf_get_current_cgroup_id() })?;
     let stats = stats_of(entry.exec_id)?;
     add(&mut stats.execve, 1);
+    // An exec's first programs wake the reader, which reads their environment (CI step,
+    // trace context) while they run; a runtime's own init may come first, hence two.
+    let early = global(&stats.execve) <= 2;
     // A container's first program is executed after its runtime joined the exec's network
     // namespace: this is where the namespace becomes the exec's.
     note_netns(task, entry.exec_id);
@@ -742,7 +745,11 @@ fn try_exec(task: *const u8) -> Option<()> {
             }
         }
     }
-    slot.submit(wakeup_flag());
+    slot.submit(if early {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        wakeup_flag()
+    });
     Some(())
 }
 

@@ -18,6 +18,7 @@ use tokio::{
 
 use crate::{
     cgroup::{self, Hierarchy},
+    ci::CiEnv,
     export::{Exporters, OtlpConfig, OtlpFlags, metrics::ExecAttributes},
     kernel_layout::DEFAULT_BTF,
     monitor::{Monitor, Options},
@@ -94,6 +95,11 @@ pub struct CommonArgs {
     /// metrics, e.g. '^ci/(?P<job>[^/]+)'.
     #[arg(long, value_name = "REGEX")]
     pub exec_attributes: Option<String>,
+    /// Also read this variable from the environment of each exec's first program (besides
+    /// TRACEPARENT, TRACESTATE and the CI systems' own): it goes into the record and onto
+    /// the exec's metrics as profiler.exec.env.NAME. Repeatable.
+    #[arg(long = "ci-env", value_name = "NAME")]
+    pub ci_env: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -198,7 +204,7 @@ fn one_line(e: &anyhow::Error) -> String {
     out
 }
 
-fn options(common: &CommonArgs, cgroup: PathBuf, exec_depth: u32) -> Options {
+fn options(common: &CommonArgs, ci_env: &CiEnv, cgroup: PathBuf, exec_depth: u32) -> Options {
     Options {
         cgroup,
         exec_depth,
@@ -211,6 +217,7 @@ fn options(common: &CommonArgs, cgroup: PathBuf, exec_depth: u32) -> Options {
             max_cgroups: common.max_cgroups,
             max_baselines: 16384,
         },
+        ci_env: ci_env.clone(),
     }
 }
 
@@ -309,8 +316,9 @@ async fn attach(args: AttachArgs) -> Result<i32> {
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let exporters = start_exporters(&args.common)?;
+    let ci_env = CiEnv::new(&args.common.ci_env).map_err(anyhow::Error::msg)?;
     let mut mon = Monitor::start(
-        options(&args.common, dir.clone(), args.exec_depth),
+        options(&args.common, &ci_env, dir.clone(), args.exec_depth),
         Some(resolver),
     )?;
     eprintln!(
@@ -455,7 +463,8 @@ async fn run(args: RunArgs) -> Result<i32> {
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let exporters = start_exporters(&args.common)?;
-    let mut mon = Monitor::start(options(&args.common, dir.clone(), 0), None)?;
+    let ci_env = CiEnv::new(&args.common.ci_env).map_err(anyhow::Error::msg)?;
+    let mut mon = Monitor::start(options(&args.common, &ci_env, dir.clone(), 0), None)?;
     let exec_id = cgroup::cgroup_id(&dir)?;
 
     let child = spawn_in_cgroup(&dir, &args.command)?;

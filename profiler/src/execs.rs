@@ -7,6 +7,7 @@ use anyhow::{Result, bail};
 use profiler_common::*;
 
 use crate::{
+    ci::CiContext,
     report::{ExecReport, ProcReport},
     runtime::{ContainerInfo, Lookup},
 };
@@ -276,6 +277,8 @@ pub struct Exec {
     pub metadata: Option<Lookup>,
     /// Times its metadata was asked for.
     pub metadata_asked: u8,
+    /// The CI step and trace its first program's environment names.
+    pub ci: Option<CiContext>,
 }
 
 impl Exec {
@@ -352,6 +355,7 @@ impl Execs {
             command: None,
             metadata: None,
             metadata_asked: 0,
+            ci: None,
         });
     }
 

@@ -6,6 +6,7 @@
 pub mod build_report;
 pub mod cgroup;
 pub mod cgroup_files;
+pub mod ci;
 pub mod clock;
 pub mod commands;
 pub mod execs;

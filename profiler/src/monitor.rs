@@ -14,6 +14,7 @@ use profiler_common::*;
 use crate::{
     cgroup::{self, Hierarchy},
     cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
+    ci::CiEnv,
     execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
     kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
     network::{FaultSamples, NetInput, NetReport},
@@ -35,6 +36,8 @@ pub struct Options {
     /// How long to wait for the last tasks of a removed exec to be freed.
     pub grace: Duration,
     pub limits: Limits,
+    /// Which environment variables of each exec's first program give its CI step and trace.
+    pub ci_env: CiEnv,
 }
 
 pub struct Monitor {
@@ -276,7 +279,7 @@ impl Monitor {
                         && before == Some(false)
                         && has_command(&self.execs, x.exec_id) == Some(true)
                     {
-                        first_program.push(x.exec_id);
+                        first_program.push((x.exec_id, x.tgid));
                     }
                 }
                 Err(e) => eprintln!("profiler: warning: bad record from the kernel: {e}"),
@@ -300,8 +303,14 @@ impl Monitor {
                 }
             }
         }
-        for id in first_program {
+        for (id, tgid) in first_program {
             self.ask_again(id);
+            // Its environment says which CI step and trace the exec belongs to: read now,
+            // while the program runs (the kernel wakes the reader at an exec's first execs).
+            let ci = self.opts.ci_env.of_process(tgid).filter(|c| !c.is_empty());
+            if let Some(e) = self.execs.get_mut(id) {
+                e.ci = ci;
+            }
         }
     }
 

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::{
     cgroup_files::CgroupReport,
+    ci::CiContext,
     clock::monotonic_to_unix_ns,
     execs::{Exec, Proc},
     network::NetReport,
@@ -26,6 +27,9 @@ pub struct ExecReport {
     /// argv of the first program the exec ran (its first execve), when one was seen.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// The CI step and trace the exec belongs to, from its first program's environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ci: Option<CiContext>,
     /// "ended" (final figures) or "running" (figures so far).
     pub state: &'static str,
     /// Already running when the profiler attached (figures count from then).
@@ -279,6 +283,7 @@ impl ExecReport {
             cgroup_id: exec.id,
             container: exec.container().cloned(),
             command: exec.command.clone(),
+            ci: exec.ci.clone(),
             state: if exec.removed_ns.is_some() {
                 "ended"
             } else {
@@ -358,6 +363,21 @@ impl ExecReport {
         }
         if let Some(p) = self.processes.first() {
             let _ = write!(s, " | top {} {}", name(p), dur(p.on_cpu_ns));
+        }
+        if let Some(ci) = &self.ci {
+            if let Some(sys) = ci.system {
+                let a = |k: &str| ci.attributes.get(k).map(String::as_str).unwrap_or("-");
+                let _ = write!(
+                    s,
+                    " | {sys} {} run {} task {}",
+                    a("cicd.pipeline.name"),
+                    a("cicd.pipeline.run.id"),
+                    a("cicd.pipeline.task.name")
+                );
+            }
+            if let Some(t) = &ci.trace {
+                let _ = write!(s, " | trace {} parent {}", t.trace_id, t.span_id);
+            }
         }
         if self.partial {
             s.push_str(" | partial");

@@ -209,6 +209,74 @@ fn num(s: &str) -> f64 {
     s.trim().parse().unwrap_or(f64::NAN)
 }
 
+/// One span as rotel printed it (`--debug-log traces --debug-log-verbosity detailed`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Span {
+    pub trace_id: String,
+    /// Empty for a root span.
+    pub parent_id: String,
+    pub id: String,
+    pub name: String,
+    pub kind: String,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    /// Span attributes, values without their type (as [`Point::attributes`]).
+    pub attributes: BTreeMap<String, String>,
+    pub resource: BTreeMap<String, String>,
+}
+
+/// Parse rotel's detailed span output.
+pub fn parse_spans(text: &str) -> Vec<Span> {
+    let mut out: Vec<Span> = Vec::new();
+    let mut resource = BTreeMap::new();
+    // Where attribute lines go: the resource's or the current span's.
+    let mut in_resource = false;
+    for raw in text.lines() {
+        let line = strip_ansi(raw);
+        let t = line.trim();
+        let field = |name: &str| {
+            t.strip_prefix(name)
+                .and_then(|r| r.trim_start().strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        if t.starts_with("ResourceSpans #") {
+            resource = BTreeMap::new();
+            in_resource = false;
+        } else if t == "Resource attributes:" {
+            in_resource = true;
+        } else if t.starts_with("Span #") {
+            in_resource = false;
+            out.push(Span {
+                resource: resource.clone(),
+                ..Default::default()
+            });
+        } else if let Some(a) = t.strip_prefix("-> ").and_then(parse_attr) {
+            if in_resource {
+                resource.insert(a.0, a.1);
+            } else if let Some(s) = out.last_mut() {
+                s.attributes.insert(a.0, a.1);
+            }
+        } else if let Some(s) = out.last_mut() {
+            if let Some(v) = field("Trace ID") {
+                s.trace_id = v;
+            } else if let Some(v) = field("Parent ID") {
+                s.parent_id = v;
+            } else if let Some(v) = field("ID") {
+                s.id = v;
+            } else if let Some(v) = field("Name") {
+                s.name = v;
+            } else if let Some(v) = field("Kind") {
+                s.kind = v;
+            } else if let Some(v) = field("Start time") {
+                s.start_unix_nano = v.parse().unwrap_or(0);
+            } else if let Some(v) = field("End time") {
+                s.end_unix_nano = v.parse().unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
 /// Parse rotel's detailed metric debug output (`--debug-log metrics --debug-log-verbosity
 /// detailed`) into data points, in the order printed; other lines (its own log) are skipped.
 pub fn parse_points(text: &str) -> Vec<Point> {
@@ -381,11 +449,23 @@ pub struct Rotel {
     child: Option<Child>,
     captured: Arc<Mutex<Captured>>,
     readers: Vec<thread::JoinHandle<()>>,
+    /// What it prints: "metrics", or "traces".
+    signal: &'static str,
 }
 
 impl Rotel {
-    /// Start on free ports and wait until both receivers accept connections.
+    /// Start on free ports and wait until both receivers accept connections; it prints the
+    /// metrics it receives.
     pub fn start() -> Rotel {
+        Self::start_printing("metrics")
+    }
+
+    /// Like [`Self::start`], printing the spans it receives instead.
+    pub fn start_for_traces() -> Rotel {
+        Self::start_printing("traces")
+    }
+
+    fn start_printing(signal: &'static str) -> Rotel {
         let [grpc_port, http_port] = free_ports();
         let mut r = Rotel {
             grpc_port,
@@ -393,6 +473,7 @@ impl Rotel {
             child: None,
             captured: Arc::default(),
             readers: Vec::new(),
+            signal,
         };
         r.spawn();
         r
@@ -409,7 +490,7 @@ impl Rotel {
             "--exporter",
             "blackhole",
             "--debug-log",
-            "metrics",
+            self.signal,
             "--debug-log-verbosity",
             "detailed",
         ]);
@@ -519,6 +600,28 @@ impl Rotel {
             assert!(
                 Instant::now() < deadline,
                 "no matching data point reached rotel within {timeout:?}; it printed:\n{}",
+                self.output()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every span printed so far (started with [`Self::start_for_traces`]).
+    pub fn spans(&self) -> Vec<Span> {
+        parse_spans(&self.captured.lock().unwrap().stdout)
+    }
+
+    /// Poll [`Self::spans`] until one matches `pred`. Panics with rotel's output after
+    /// `timeout`.
+    pub fn wait_for_span(&self, timeout: Duration, pred: impl Fn(&Span) -> bool) -> Span {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.spans().into_iter().find(|s| pred(s)) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no matching span reached rotel within {timeout:?}; it printed:\n{}",
                 self.output()
             );
             thread::sleep(Duration::from_millis(100));
@@ -1350,5 +1453,61 @@ Value: 1000000000000000000000
         assert!(prom.query("nothing_here").is_empty());
         drop(prom);
         assert!(!dir.exists());
+    }
+
+    /// What rotel printed for two spans of the Python SDK 1.45.2 over HTTP (with colours).
+    const SPANS: &str =
+        "\x1b[2m2026-12-03T13:45:25.277206Z\x1b[0m \x1b[32m INFO\x1b[0m Starting Rotel.
+ResourceSpans #0
+Resource SchemaURL: 
+Resource attributes:
+     -> service.name: Str(unknown_service:python)
+ScopeSpans #0
+ScopeSpans SchemaURL: 
+InstrumentationScope x 
+Span #0
+    Trace ID       : 0b31f007db98934fe336a79ceb930031
+    Parent ID      : 85e613af8c178975
+    ID             : 3d39cc5afc20ada7
+    Name           : child
+    Kind           : SPAN_KIND_INTERNAL
+Start time: 1796305527394716328
+End time: 1796305527394726353
+    Status code    : STATUS_CODE_UNSET
+    Status message : 
+Attributes:
+     -> a.b: Str(v)
+     -> n: Int(3)
+ResourceSpans #0
+Resource SchemaURL: 
+Resource attributes:
+     -> service.name: Str(unknown_service:python)
+ScopeSpans #0
+Span #0
+    Trace ID       : 0b31f007db98934fe336a79ceb930031
+    Parent ID      : 
+    ID             : 85e613af8c178975
+    Name           : parent
+    Kind           : SPAN_KIND_INTERNAL
+Start time: 1796305527394656838
+End time: 1796305527397889202
+";
+
+    #[test]
+    fn parses_spans() {
+        let s = parse_spans(SPANS);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].trace_id, "0b31f007db98934fe336a79ceb930031");
+        assert_eq!(s[0].parent_id, "85e613af8c178975");
+        assert_eq!(s[0].id, "3d39cc5afc20ada7");
+        assert_eq!(s[0].name, "child");
+        assert_eq!(s[0].start_unix_nano, 1796305527394716328);
+        assert_eq!(s[0].end_unix_nano, 1796305527394726353);
+        assert_eq!(s[0].attributes["a.b"], "v");
+        assert_eq!(s[0].attributes["n"], "3");
+        assert_eq!(s[0].resource["service.name"], "unknown_service:python");
+        assert_eq!(s[1].parent_id, "");
+        assert_eq!(s[1].name, "parent");
+        assert!(s[1].attributes.is_empty());
     }
 }

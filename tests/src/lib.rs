@@ -191,6 +191,32 @@ fn spawn_in_with(dir: &Path, argv: &[&str], stdout: Stdio) -> Child {
         .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
 }
 
+/// Run `argv` inside the cgroup `dir` to completion with exactly the environment `env`
+/// (nothing inherited); panics unless it succeeds.
+pub fn run_in_env(dir: &Path, argv: &[&str], env: &[(&str, &str)]) {
+    let procs = fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))
+        .unwrap();
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    // SAFETY: only a write(2) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut f = &procs;
+            f.write_all(b"0")
+        });
+    }
+    let st = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
+    assert!(st.success(), "{argv:?} failed: {st}");
+}
+
 /// Like [`spawn_in`], with stdout piped.
 pub fn spawn_in_piped(dir: &Path, argv: &[&str]) -> Child {
     spawn_in_with(dir, argv, Stdio::piped())

@@ -181,6 +181,19 @@ impl ExecAttributes {
                 .as_ref()
                 .or(r.container.as_ref().and_then(|c| c.command.as_ref())),
         );
+        if let Some(ci) = &r.ci {
+            for (k, v) in &ci.attributes {
+                a.push(((*k).to_owned(), v.clone()));
+            }
+            for (k, v) in &ci.env {
+                a.push((format!("profiler.exec.env.{k}"), v.clone()));
+            }
+            // The metrics SDK records no exemplars: the trace context goes on as attributes.
+            if let Some(t) = &ci.trace {
+                a.push(("profiler.exec.trace_id".to_owned(), t.trace_id.clone()));
+                a.push(("profiler.exec.parent_span_id".to_owned(), t.span_id.clone()));
+            }
+        }
         if let Some(re) = &self.pattern
             && let Some(c) = re.captures(path)
         {

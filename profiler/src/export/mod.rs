@@ -6,6 +6,7 @@
 pub mod metrics;
 mod otlp;
 mod prometheus;
+mod spans;
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -212,6 +213,11 @@ impl Exporters {
             return;
         }
         let series: Vec<Arc<ExecSeries>> = reports.iter().map(|r| self.series(r)).collect();
+        if let Some(o) = &self.otlp {
+            for (r, s) in reports.iter().zip(&series) {
+                o.span(r, &s.attrs);
+            }
+        }
         let mut sh = lock(&self.shared);
         let now = Instant::now();
         for s in series {

@@ -20,7 +20,7 @@ use opentelemetry::{
     metrics::{Histogram, MeterProvider as _},
 };
 use opentelemetry_otlp::{
-    MetricExporter, WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _,
+    MetricExporter, SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig,
 };
 use opentelemetry_sdk::{
     Resource,
@@ -35,7 +35,9 @@ use opentelemetry_sdk::{
 use super::{
     FINALS_PER_EXPORT, Shared, lock,
     metrics::{DEFS, ExecSeries, Kind, M, SERIES_PER_EXEC, histogram_values, latency_bounds_s},
+    spans::{Spans, span_of},
 };
+use crate::report::ExecReport;
 
 /// OTLP flags; each overrides its standard environment variable.
 #[derive(Debug, Clone, Default, Args)]
@@ -78,6 +80,12 @@ pub struct OtlpFlags {
     /// OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY, OTEL_EXPORTER_OTLP_CLIENT_KEY].
     #[arg(long, value_name = "FILE")]
     pub otlp_client_key: Option<PathBuf>,
+    /// Also send one OTLP span per exec, a child of the trace context in its first program's
+    /// environment (TRACEPARENT), to the traces endpoint [env:
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else the base endpoint with /v1/traces]; batches
+    /// go every OTEL_BSP_SCHEDULE_DELAY ms (default 5000).
+    #[arg(long)]
+    pub otlp_spans: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +105,10 @@ pub struct OtlpConfig {
     pub interval: Duration,
     pub delta: bool,
     pub tls: TlsFiles,
+    /// Where spans go (HTTP: with /v1/traces), with --otlp-spans.
+    pub spans_endpoint: Option<String>,
+    /// How often a batch of spans goes.
+    pub spans_delay: Duration,
 }
 
 /// PEM contents for an https endpoint, read (and checked) when the settings are resolved.
@@ -226,7 +238,16 @@ struct HttpWithCause {
 }
 
 /// Why the last request failed, if it did.
-type Cause = Arc<Mutex<Option<String>>>;
+pub(crate) type Cause = Arc<Mutex<Option<String>>>;
+
+/// ": <cause>" of the HTTP client's last failure, or nothing.
+pub(crate) fn cause_of(cause: &Option<Cause>) -> String {
+    cause
+        .as_ref()
+        .and_then(|c| lock(c).clone())
+        .map(|c| format!(": {c}"))
+        .unwrap_or_default()
+}
 
 #[async_trait::async_trait]
 impl opentelemetry_http::HttpClient for HttpWithCause {
@@ -375,8 +396,39 @@ impl OtlpConfig {
         } else if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_ENDPOINT"]) {
             check_endpoint(&n, &e)?;
             path(&e)
+        } else if f.otlp_spans {
+            bail!(
+                "--otlp-spans needs an OTLP endpoint: pass --otlp-endpoint or set \
+                 OTEL_EXPORTER_OTLP_ENDPOINT"
+            );
         } else {
             return Ok(None);
+        };
+        let traces_path = |base: &str| match protocol {
+            Protocol::Grpc => base.to_owned(),
+            Protocol::HttpProtobuf => format!("{}/v1/traces", base.trim_end_matches('/')),
+        };
+        let spans_endpoint = match (f.otlp_spans, &f.otlp_endpoint) {
+            (false, _) => None,
+            (true, Some(e)) => Some(traces_path(e)),
+            (true, None) => Some(
+                if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) {
+                    check_endpoint(&n, &e)?;
+                    e
+                } else if let Some((_, e)) = var(&["OTEL_EXPORTER_OTLP_ENDPOINT"]) {
+                    traces_path(&e)
+                } else {
+                    bail!(
+                        "--otlp-spans needs a traces endpoint: set \
+                         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, or \
+                         pass --otlp-endpoint"
+                    );
+                },
+            ),
+        };
+        let spans_delay = match var(&["OTEL_BSP_SCHEDULE_DELAY"]) {
+            Some((n, v)) => millis(&n, &v)?,
+            None => Duration::from_secs(5),
         };
         let headers = match f
             .otlp_headers
@@ -441,10 +493,53 @@ impl OtlpConfig {
             interval,
             delta,
             tls,
+            spans_endpoint,
+            spans_delay,
         }))
     }
 
-    /// The exporter, and for HTTP the slot where its client keeps the cause of a failure.
+    /// gRPC settings of an exporter builder: endpoint, timeout, headers, TLS.
+    fn tonic<B: WithExportConfig + WithTonicConfig>(&self, b: B, endpoint: &str) -> Result<B> {
+        let mut hm = http::HeaderMap::new();
+        for (k, v) in &self.headers {
+            let key = http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| anyhow!("header {k:?}: {e}"))?;
+            let val = http::HeaderValue::from_str(v).map_err(|e| anyhow!("header {k:?}: {e}"))?;
+            hm.insert(key, val);
+        }
+        let md = opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(hm);
+        let mut b = b
+            .with_endpoint(endpoint)
+            .with_timeout(self.timeout)
+            .with_metadata(md);
+        if endpoint.starts_with("https://") {
+            b = b.with_tls_config(self.tls.tonic());
+        }
+        Ok(b)
+    }
+
+    /// HTTP/protobuf settings of an exporter builder, and the slot where its client keeps the
+    /// cause of a failure.
+    fn http<B: WithExportConfig + WithHttpConfig>(
+        &self,
+        b: B,
+        endpoint: &str,
+    ) -> Result<(B, Cause)> {
+        let slot = Arc::new(Mutex::new(None));
+        let b = b
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_endpoint(endpoint)
+            .with_timeout(self.timeout)
+            .with_headers(self.headers.iter().cloned().collect::<HashMap<_, _>>())
+            .with_http_client(HttpWithCause {
+                inner: self.tls.http_client(self.timeout)?,
+                cause: slot.clone(),
+            });
+        Ok((b, slot))
+    }
+
+    /// The metrics exporter, and for HTTP the slot where its client keeps the cause of a
+    /// failure.
     fn build_exporter(&self) -> Result<(MetricExporter, Option<Cause>)> {
         // Counters and gauges are observed, so "LowMemory" keeps them cumulative; it makes
         // the one synchronous instrument, the latency histogram, a delta.
@@ -453,48 +548,41 @@ impl OtlpConfig {
         } else {
             Temporality::LowMemory
         };
-        let mut cause = None;
-        let e = match self.protocol {
+        let (e, cause) = match self.protocol {
             Protocol::Grpc => {
-                let mut hm = http::HeaderMap::new();
-                for (k, v) in &self.headers {
-                    let key = http::HeaderName::from_bytes(k.as_bytes())
-                        .map_err(|e| anyhow!("header {k:?}: {e}"))?;
-                    let val =
-                        http::HeaderValue::from_str(v).map_err(|e| anyhow!("header {k:?}: {e}"))?;
-                    hm.insert(key, val);
-                }
-                let md = opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(hm);
-                let mut b = MetricExporter::builder()
+                let b = MetricExporter::builder()
                     .with_tonic()
-                    .with_temporality(temporality)
-                    .with_endpoint(&self.endpoint)
-                    .with_timeout(self.timeout)
-                    .with_metadata(md);
-                if self.endpoint.starts_with("https://") {
-                    b = b.with_tls_config(self.tls.tonic());
-                }
-                b.build()
+                    .with_temporality(temporality);
+                (self.tonic(b, &self.endpoint)?.build(), None)
             }
             Protocol::HttpProtobuf => {
                 let b = MetricExporter::builder()
                     .with_http()
-                    .with_temporality(temporality)
-                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                    .with_endpoint(&self.endpoint)
-                    .with_timeout(self.timeout)
-                    .with_headers(self.headers.iter().cloned().collect::<HashMap<_, _>>());
-                let slot = Arc::new(Mutex::new(None));
-                cause = Some(slot.clone());
-                b.with_http_client(HttpWithCause {
-                    inner: self.tls.http_client(self.timeout)?,
-                    cause: slot,
-                })
-                .build()
+                    .with_temporality(temporality);
+                let (b, cause) = self.http(b, &self.endpoint)?;
+                (b.build(), Some(cause))
             }
         };
         let e =
             e.map_err(|e| anyhow!("cannot set up the OTLP exporter for {}: {e}", self.endpoint))?;
+        Ok((e, cause))
+    }
+
+    /// The span exporter (one span per exec), for `--otlp-spans`.
+    fn build_span_exporter(&self, endpoint: &str) -> Result<(SpanExporter, Option<Cause>)> {
+        let (e, cause) = match self.protocol {
+            Protocol::Grpc => (
+                self.tonic(SpanExporter::builder().with_tonic(), endpoint)?
+                    .build(),
+                None,
+            ),
+            Protocol::HttpProtobuf => {
+                let (b, cause) = self.http(SpanExporter::builder().with_http(), endpoint)?;
+                (b.build(), Some(cause))
+            }
+        };
+        let e =
+            e.map_err(|e| anyhow!("cannot set up the OTLP span exporter for {endpoint}: {e}"))?;
         Ok((e, cause))
     }
 }
@@ -565,12 +653,7 @@ impl PushMetricExporter for Acking {
                 eprintln!("profiler: OTLP export to {} works again", self.endpoint)
             }
             Err(e) if !self.failing.swap(true, Ordering::Relaxed) => {
-                let cause = self
-                    .http_cause
-                    .as_ref()
-                    .and_then(|c| lock(c).clone())
-                    .map(|c| format!(": {c}"))
-                    .unwrap_or_default();
+                let cause = cause_of(&self.http_cause);
                 eprintln!(
                     "profiler: warning: OTLP export to {} failed ({e}{cause}); measuring goes \
                      on, and ended execs' final records are kept and sent again at each interval",
@@ -602,6 +685,7 @@ pub(crate) struct Otlp {
     /// Runs the gRPC client's connection tasks, apart from the profiler's own loop.
     runtime: Option<tokio::runtime::Runtime>,
     latency: LatencyHistogram,
+    spans: Option<Spans>,
 }
 
 /// The disk latency histogram instrument, a delta: each ended exec's is recorded for the
@@ -750,6 +834,14 @@ impl Otlp {
             bounds,
         };
         let _ = latency_slot.set(latency.clone());
+        let spans = match &config.spans_endpoint {
+            Some(ep) => {
+                let (mut e, cause) = config.build_span_exporter(ep)?;
+                opentelemetry_sdk::trace::SpanExporter::set_resource(&mut e, &resource());
+                Some(Spans::start(e, cause, ep.clone(), config.spans_delay))
+            }
+            None => None,
+        };
         drop(guard);
         Ok(Self {
             config,
@@ -757,11 +849,19 @@ impl Otlp {
             provider,
             runtime: Some(runtime),
             latency,
+            spans,
         })
     }
 
+    /// The span of an exec whose figures are final, with its attributes.
+    pub(crate) fn span(&self, r: &ExecReport, attrs: &[(String, String)]) {
+        if let Some(s) = &self.spans {
+            s.send(span_of(r, attrs));
+        }
+    }
+
     pub(crate) fn describe(&self) -> String {
-        format!(
+        let mut d = format!(
             "pushing OTLP metrics ({}) to {} every {:?}",
             match self.config.protocol {
                 Protocol::Grpc => "grpc",
@@ -769,11 +869,18 @@ impl Otlp {
             },
             self.config.endpoint,
             self.config.interval
-        )
+        );
+        if let Some(s) = &self.spans {
+            d.push_str(&format!(", one span per exec to {}", s.endpoint));
+        }
+        d
     }
 
     /// A last collection and export, bounded by the export timeout.
     pub(crate) fn shutdown(mut self) {
+        if let Some(s) = self.spans.take() {
+            s.shutdown();
+        }
         let record = lock(&self.shared).next_histograms();
         record.iter().for_each(|s| self.latency.record(s));
         let provider = self.provider.clone();
