@@ -281,6 +281,36 @@ pub fn schedstat(pid: u32) -> (u64, u64) {
     (v[0], v[1])
 }
 
+/// Kill `child` and return its final (on-CPU ns, run delay ns): read once it has exited but
+/// before it is reaped (waitid WEXITED|WNOWAIT), when its figures have stopped growing but its
+/// /proc entry is still there (a zombie's schedstat is kept; checked here). Then reap it.
+/// A figure read before the kill would miss what accrues until the task runs and dies: under
+/// emulation that was 175 ms of run-queue wait.
+pub fn kill_for_final_schedstat(child: &mut Child) -> (u64, u64) {
+    let pid = child.id();
+    child.kill().unwrap();
+    loop {
+        // SAFETY: waitid fills the zeroed siginfo it is given.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::Interrupted,
+            "waitid {pid}: {e}"
+        );
+    }
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+    assert_eq!(state, Some("Z"), "{pid} exited, not reaped: {stat}");
+    let last = schedstat(pid);
+    child.wait().unwrap();
+    last
+}
+
 /// Voluntary context switches of this process's reaped children (getrusage RUSAGE_CHILDREN).
 pub fn children_voluntary_switches() -> u64 {
     // SAFETY: getrusage fills the zeroed struct it is given.
@@ -700,8 +730,8 @@ pub fn rmdir(dir: &Path) {
 }
 
 /// Start `n` CPU hogs pinned to CPU 0, one per new exec `hog0..`, let them compete for
-/// `for_`, then read each one's /proc/PID/schedstat run delay and kill it at once (little
-/// delay accrues in between). Returns (exec cgroup id, run delay ns); the execs are removed.
+/// `for_`, then kill each one and read its final /proc/PID/schedstat run delay. Returns (exec
+/// cgroup id, run delay ns); the execs are removed.
 pub fn pinned_hogs(cg: &TestCgroup, n: usize, for_: Duration) -> Vec<(u64, u64)> {
     let mut hogs = Vec::new();
     for i in 0..n {
@@ -712,9 +742,7 @@ pub fn pinned_hogs(cg: &TestCgroup, n: usize, for_: Duration) -> Vec<(u64, u64)>
     thread::sleep(for_);
     let mut out = Vec::new();
     for (e, child) in hogs.iter_mut() {
-        let (_, delay) = schedstat(child.id());
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let (_, delay) = kill_for_final_schedstat(child);
         out.push((cgroup_id(e), delay));
     }
     for (e, _) in &hogs {
