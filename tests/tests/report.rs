@@ -34,12 +34,39 @@ fn memory_peak(rec: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// Run `argv` born in a new exec `name` of `cg`, remove the exec, and return its record, after
-/// checking its start and end against this test's own clock.
-fn exec(cg: &TestCgroup, p: &Attached, name: &str, argv: &[&str]) -> Value {
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// A GitHub Actions step's environment (with a trace context), on the server `server`.
+fn github_env(server: &'static str, run: &'static str) -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("GITHUB_ACTIONS", "true"),
+        ("GITHUB_WORKFLOW", "CI"),
+        ("GITHUB_RUN_ID", run),
+        ("GITHUB_JOB", "build"),
+        ("GITHUB_SERVER_URL", server),
+        ("GITHUB_REPOSITORY", "acme/app"),
+        ("TRACEPARENT", TRACEPARENT),
+    ]
+}
+
+/// Run `argv` in a new exec `name` of `cg` (born there; or, with `env`, moved in with exactly
+/// that environment), remove the exec, and return its record, after checking its start and
+/// end against this test's own clock.
+fn exec(
+    cg: &TestCgroup,
+    p: &Attached,
+    name: &str,
+    argv: &[&str],
+    env: Option<&[(&str, &str)]>,
+) -> Value {
     let before = unix_now_ns();
     let dir = cg.child(name);
-    run_born_in(&dir, argv);
+    match env {
+        Some(env) => run_in_env(&dir, argv, env),
+        None => {
+            run_born_in(&dir, argv);
+        }
+    }
     let id = cgroup_id(&dir);
     rmdir(&dir);
     let after = unix_now_ns();
@@ -56,8 +83,8 @@ fn exec(cg: &TestCgroup, p: &Attached, name: &str, argv: &[&str]) -> Value {
         u(&rec["wall_ns"]),
         "{name}: end - start is wall"
     );
-    // Each of these execs is one process born in the exec and reaped before its removal: its
-    // task time is its life, within the exec's.
+    // Each of these execs is one process started in the exec and reaped before its removal:
+    // its task time is its life, within the exec's.
     let task = u(&rec["cpu"]["task_time_ns"]);
     assert!(
         task > 0 && task <= u(&rec["wall_ns"]),
@@ -79,7 +106,7 @@ fn report_of_a_recorded_run_in_chromium() {
     let p = Attached::start(&cg, &[]);
 
     // Known work: 16 MiB of direct writes, 300 ms of spinning, 200 ms asleep, and an exec
-    // whose name needs escaping.
+    // whose path and command need escaping.
     let file = scratch.join("data");
     let of = format!("of={}", file.display());
     let dd = exec(
@@ -95,16 +122,77 @@ fn report_of_a_recorded_run_in_chromium() {
             "oflag=direct",
             "status=none",
         ],
+        None,
     );
     let written = u(&dd["disk"]["write_bytes"]);
     let e = report("dd direct write bytes", written as f64, (16 * MIB) as f64);
     assert!(written >= 16 * MIB && e <= 0.01, "dd wrote {written}");
-    let spin = exec(&cg, &p, "spin", &[&busy(), "300000"]);
+    let spin = exec(&cg, &p, "spin", &[&busy(), "300000"], None);
     assert!(u(&spin["cpu"]["task_time_ns"]) >= 300_000_000, "{spin}");
-    let sleep = exec(&cg, &p, "sleep", &["sleep", "0.2"]);
+    let sleep = exec(&cg, &p, "sleep", &["sleep", "0.2"], None);
     assert!(u(&sleep["cpu"]["task_time_ns"]) >= 200_000_000, "{sleep}");
     let odd_name = r#"odd <b>&"quoted'"#;
-    exec(&cg, &p, odd_name, &["true"]);
+    // true ignores its arguments: the command line is all that needs escaping.
+    exec(&cg, &p, odd_name, &["true", odd_name], None);
+    let odd_command = format!("true {odd_name}");
+
+    // CI steps: GitHub Actions with a trace context; the same with a server address that is
+    // no web address (its run must not become a link); GitLab CI, whose task has an address.
+    let gh = exec(
+        &cg,
+        &p,
+        "ci-github",
+        &["/bin/sleep", "0.11"],
+        Some(&github_env("https://github.example", "4242")),
+    );
+    let gh_run = "https://github.example/acme/app/actions/runs/4242";
+    assert_eq!(gh["ci"]["attributes"]["cicd.pipeline.run.url.full"], gh_run);
+    assert_eq!(
+        gh["ci"]["trace"]["trace_id"],
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
+    let bad = exec(
+        &cg,
+        &p,
+        "ci-bad-url",
+        &["/bin/sleep", "0.12"],
+        Some(&github_env("javascript:alert(1)", "4243")),
+    );
+    let bad_run = "javascript:alert(1)/acme/app/actions/runs/4243";
+    assert_eq!(
+        bad["ci"]["attributes"]["cicd.pipeline.run.url.full"],
+        bad_run
+    );
+    let (gl_run, gl_task) = (
+        "https://gitlab.example/group/app/-/pipelines/99",
+        "https://gitlab.example/group/app/-/jobs/555",
+    );
+    let gl = exec(
+        &cg,
+        &p,
+        "ci-gitlab",
+        &["/bin/sleep", "0.13"],
+        Some(&[
+            ("GITLAB_CI", "true"),
+            ("CI_PROJECT_PATH", "group/app"),
+            ("CI_PIPELINE_ID", "99"),
+            ("CI_JOB_NAME", "test"),
+            ("CI_JOB_ID", "555"),
+            ("CI_PIPELINE_URL", gl_run),
+            ("CI_JOB_URL", gl_task),
+        ]),
+    );
+    assert_eq!(
+        gl["ci"]["attributes"]["cicd.pipeline.task.run.url.full"],
+        gl_task
+    );
+    // An exec that never ran a program: named by its path.
+    let empty_dir = cg.child("no-program");
+    let empty_id = cgroup_id(&empty_dir);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    rmdir(&empty_dir);
+    let empty = p.wait_ended(empty_id, secs(30));
+    assert_eq!(empty.get("command"), None, "{empty}");
     // Still running when the profiler stops: reported as "running".
     let running_dir = cg.child("still-running");
     let mut running = spawn_in(&running_dir, &["sleep", "60"]);
@@ -114,7 +202,7 @@ fn report_of_a_recorded_run_in_chromium() {
     assert_eq!(code, 0);
     let _ = running.kill();
     let _ = running.wait();
-    assert_eq!(records.len(), 5, "{records:?}");
+    assert_eq!(records.len(), 9, "{records:?}");
     assert!(
         records
             .iter()
@@ -168,16 +256,14 @@ fn report_of_a_recorded_run_in_chromium() {
         Some(dur(total_task).as_str()),
         "{summary}"
     );
+    // Named by the command, the path beside it.
+    let top_write = summary
+        .split("top execs by disk write:\n")
+        .nth(1)
+        .and_then(|t| t.lines().next())
+        .unwrap_or_else(|| panic!("no disk write ranking: {summary}"));
     assert!(
-        summary.contains("top execs by disk write:\n")
-            && summary
-                .split("top execs by disk write:\n")
-                .nth(1)
-                .unwrap()
-                .lines()
-                .next()
-                .unwrap()
-                .ends_with("  dd-write"),
+        top_write.contains("  dd if=/dev/zero of=") && top_write.ends_with("  [dd-write]"),
         "{summary}"
     );
 
@@ -191,7 +277,7 @@ fn report_of_a_recorded_run_in_chromium() {
     );
     assert_eq!(
         b.eval("document.getElementById('overview').dataset.execs"),
-        "5"
+        "9"
     );
     assert_eq!(
         b.eval("document.getElementById('overview').dataset.running"),
@@ -199,31 +285,78 @@ fn report_of_a_recorded_run_in_chromium() {
     );
     assert_eq!(
         b.eval("document.querySelectorAll('#timeline .exec').length"),
-        5
+        9
     );
     let rows = b.eval(
         "Array.from(document.querySelectorAll('#execs tbody tr')).map(tr => { \
            const o = { row: tr.dataset.row, id: tr.dataset.cgroupId }; \
-           for (const td of tr.cells) o[td.dataset.key] = { v: td.dataset.v, text: td.textContent }; \
+           const part = (td, sel, f) => { const e = td.querySelector(sel); return e ? f(e) : null; }; \
+           for (const td of tr.cells) o[td.dataset.key] = { v: td.dataset.v, text: td.innerText, \
+             name: part(td, '.name', e => e.textContent), sub: part(td, '.sub', e => e.textContent), \
+             trace: part(td, '.trace', e => e.title), \
+             links: Array.from(td.querySelectorAll('a')).map(a => a.getAttribute('href')) }; \
            return o; })",
     );
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), records.len());
     let by_id: HashMap<u64, &Value> = records.iter().map(|r| (u(&r["cgroup_id"]), r)).collect();
-    let names: HashSet<String> = rows
-        .iter()
-        .map(|r| r["exec"]["text"].as_str().unwrap().to_owned())
-        .collect();
-    let want: HashSet<String> = ["dd-write", "spin", "sleep", odd_name, "still-running"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    assert_eq!(names, want, "exec names on the page");
+    // The cgroup path: under the name, or the name itself.
+    let path_of = |row: &Value| -> String {
+        let e = &row["exec"];
+        e["sub"].as_str().or(e["name"].as_str()).unwrap().to_owned()
+    };
+    let paths: HashSet<String> = rows.iter().map(path_of).collect();
+    let want: HashSet<String> = [
+        "dd-write",
+        "spin",
+        "sleep",
+        odd_name,
+        "still-running",
+        "ci-github",
+        "ci-bad-url",
+        "ci-gitlab",
+        "no-program",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(paths, want, "exec paths on the page");
     for row in rows {
         let id: u64 = row["id"].as_str().unwrap().parse().unwrap();
         let rec = by_id[&id];
         let cell = |key: &str| row[key]["v"].as_str().unwrap().to_owned();
-        assert_eq!(row["exec"]["text"], rec["exec"]);
+        // Named by its first program's command line (no container here), else its path.
+        match rec["command"].as_str() {
+            Some(command) => {
+                assert_eq!(row["exec"]["v"], command, "{rec}");
+                assert_eq!(row["exec"]["sub"], rec["exec"], "the path under the name");
+            }
+            None => {
+                assert_eq!(row["exec"]["v"], rec["exec"], "{rec}");
+                assert_eq!(row["exec"]["name"], rec["exec"]);
+                assert_eq!(row["exec"]["sub"], Value::Null, "the path once");
+            }
+        }
+        // Links only where the record has a web address.
+        let links: Vec<&str> = row
+            .as_object()
+            .unwrap()
+            .values()
+            .filter_map(|c| c.get("links"))
+            .flat_map(|l| l.as_array().unwrap())
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        let want: Vec<&str> = match rec["exec"].as_str().unwrap() {
+            "ci-github" => vec![gh_run],
+            "ci-gitlab" => vec![gl_run, gl_task],
+            _ => vec![],
+        };
+        assert_eq!(links, want, "links of {}", rec["exec"]);
+        assert_eq!(
+            row["ci"]["trace"], rec["ci"]["trace"]["trace_id"],
+            "trace id of {}",
+            rec["exec"]
+        );
         for (key, field) in [
             ("wall", &rec["wall_ns"]),
             ("task_time", &rec["cpu"]["task_time_ns"]),
@@ -248,10 +381,46 @@ fn report_of_a_recorded_run_in_chromium() {
             rec["state"].as_str()
         );
     }
-    let dd_row = rows
-        .iter()
-        .find(|r| r["exec"]["text"] == "dd-write")
-        .unwrap();
+    let row_of = |path: &str| rows.iter().find(|r| path_of(r) == path).unwrap();
+    let dd_row = row_of("dd-write");
+    let dd_name = dd_row["exec"]["name"].as_str().unwrap();
+    assert!(dd_name.starts_with("dd if=/dev/zero of="), "{dd_row}");
+    assert_eq!(row_of("ci-github")["exec"]["name"], "/bin/sleep 0.11");
+    assert_eq!(row_of("no-program")["exec"]["name"], "no-program");
+    // The CI cell: system, pipeline, run, task, and the trace under them; a run whose address
+    // is no web address is text.
+    assert_eq!(
+        row_of("ci-github")["ci"]["text"],
+        "GitHub Actions · CI · run 4242 · build\ntrace 4bf92f35…"
+    );
+    assert_eq!(
+        row_of("ci-bad-url")["ci"]["text"],
+        format!("GitHub Actions · CI · run 4243 ({bad_run}) · build\ntrace 4bf92f35…")
+    );
+    assert_eq!(
+        row_of("ci-gitlab")["ci"]["text"],
+        "GitLab CI · group/app · run 99 · test"
+    );
+    // Every link of the page opens in a new tab and tells its target nothing of the page.
+    let anchors = b.eval(
+        "Array.from(document.querySelectorAll('a')).map(a => \
+         [a.getAttribute('href'), a.target, a.rel, a.closest('#execs') !== null])",
+    );
+    let anchors = anchors.as_array().unwrap();
+    assert_eq!(anchors.len(), 3, "{anchors:?}");
+    for a in anchors {
+        assert!([gh_run, gl_run, gl_task].contains(&a[0].as_str().unwrap()));
+        assert_eq!(a[1], "_blank");
+        assert_eq!(a[2], "noopener noreferrer");
+        assert_eq!(a[3], true, "in the table");
+    }
+    assert!(
+        !b.eval("document.documentElement.outerHTML")
+            .as_str()
+            .unwrap()
+            .contains("href=\"javascript"),
+        "a javascript: link"
+    );
     assert_eq!(dd_row["disk_write"]["v"], written.to_string());
     assert_eq!(dd_row["disk_write"]["text"], bytes(written));
 
@@ -294,19 +463,20 @@ fn report_of_a_recorded_run_in_chromium() {
         b.eval("document.querySelectorAll('#execs tbody b, #timeline b, #tip b').length"),
         0
     );
-    let odd_row = rows.iter().find(|r| r["exec"]["text"] == odd_name).unwrap();
+    let odd_row = row_of(odd_name);
+    assert_eq!(odd_row["exec"]["name"], odd_command.as_str());
     let label = b.eval(&format!(
         "document.querySelector('#timeline .exec[data-row=\"{}\"] text.label').textContent",
         odd_row["row"].as_str().unwrap()
     ));
-    assert_eq!(label, odd_name);
+    assert_eq!(label, odd_command.as_str());
 
     // Sorting: a click on "disk write" puts dd first, largest first; a second click reverses.
     b.click("#execs th[data-key=disk_write]");
     let column = |b: &mut Browser, key: &str| -> Vec<(String, u64)> {
         let v = b.eval(&format!(
             "Array.from(document.querySelectorAll('#execs tbody tr')).map(tr => \
-             [tr.cells[0].textContent, tr.querySelector('td[data-key={key}]').dataset.v])"
+             [tr.cells[0].dataset.v, tr.querySelector('td[data-key={key}]').dataset.v])"
         ));
         v.as_array()
             .unwrap()
@@ -326,12 +496,12 @@ fn report_of_a_recorded_run_in_chromium() {
         "descending"
     );
     let col = column(&mut b, "disk_write");
-    assert_eq!(col[0].0, "dd-write", "{col:?}");
+    assert_eq!(col[0].0, dd_row["exec"]["v"], "{col:?}");
     assert!(col.windows(2).all(|w| w[0].1 >= w[1].1), "{col:?}");
     b.click("#execs th[data-key=disk_write]");
     let col = column(&mut b, "disk_write");
     assert!(col.windows(2).all(|w| w[0].1 <= w[1].1), "{col:?}");
-    assert_eq!(col.last().unwrap().0, "dd-write", "{col:?}");
+    assert_eq!(col.last().unwrap().0, dd_row["exec"]["v"], "{col:?}");
     b.click("#execs th[data-key=wall]");
     let col = column(&mut b, "wall");
     assert!(col.windows(2).all(|w| w[0].1 >= w[1].1), "{col:?}");
@@ -350,11 +520,63 @@ fn report_of_a_recorded_run_in_chromium() {
     assert_eq!(b.eval("document.getElementById('tip').hidden"), false);
     let tip = b.eval("document.getElementById('tip').textContent");
     let tip = tip.as_str().unwrap();
-    assert!(tip.starts_with("dd-write"), "{tip}");
+    assert!(tip.starts_with("dd if=/dev/zero of="), "{tip}");
+    assert!(tip.contains("cgroup pathdd-write"), "{tip}");
     assert!(tip.contains(&format!("write {}", bytes(written))), "{tip}");
+    let top_proc = b.eval("document.querySelector('#tip ol.procs li').textContent");
     assert!(
-        tip.contains("dd if=/dev/zero"),
-        "the dd process is listed: {tip}"
+        top_proc
+            .as_str()
+            .unwrap()
+            .starts_with("dd if=/dev/zero of="),
+        "the dd process is listed: {top_proc}"
+    );
+
+    // A click on the GitHub step's bar pins its details: they stay when the mouse moves on,
+    // and their links take the mouse (a real link under the pointer, not the page behind).
+    let gh_bar = format!(
+        "#timeline .exec[data-row=\"{}\"] rect:not(.hit)",
+        row_of("ci-github")["row"].as_str().unwrap()
+    );
+    b.click(&gh_bar);
+    b.hover(&dd_bar);
+    assert_eq!(
+        b.eval("[document.getElementById('tip').hidden, document.getElementById('tip').dataset.row, document.getElementById('tip').classList.contains('pinned')]"),
+        serde_json::json!([false, row_of("ci-github")["row"], true])
+    );
+    let detail = |b: &mut Browser, key: &str| {
+        b.eval(&format!(
+            "(() => {{ const td = document.querySelector('#tip tr[data-key={key}] td'); \
+             return td ? [td.textContent, Array.from(td.querySelectorAll('a')).map(a => \
+             [a.getAttribute('href'), a.target, a.rel])] : null; }})()"
+        ))
+    };
+    assert_eq!(detail(&mut b, "ci")[0], "GitHub Actions");
+    assert_eq!(detail(&mut b, "pipeline")[0], "CI");
+    assert_eq!(detail(&mut b, "task")[0], "build");
+    assert_eq!(
+        detail(&mut b, "run"),
+        serde_json::json!(["4242", [[gh_run, "_blank", "noopener noreferrer"]]])
+    );
+    assert_eq!(
+        detail(&mut b, "command")[0],
+        "/bin/sleep 0.11",
+        "the first program"
+    );
+    assert_eq!(detail(&mut b, "path")[0], "ci-github");
+    let trace = detail(&mut b, "trace")[0].as_str().unwrap().to_owned();
+    assert!(
+        trace.starts_with("4bf92f3577b34da6a3ce929d0e0e4736, parent span 00f067aa0ba902b7"),
+        "{trace}"
+    );
+    assert_eq!(
+        b.eval(
+            "(() => { const a = document.querySelector('#tip tr[data-key=run] a'); \
+             const r = a.getBoundingClientRect(); \
+             return document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2) === a; })()"
+        ),
+        true,
+        "the pinned run link is under the pointer"
     );
     let png = out.join("report.png");
     b.screenshot(&png);
@@ -365,6 +587,39 @@ fn report_of_a_recorded_run_in_chromium() {
         shot.len()
     );
     eprintln!("SCREENSHOT {}", png.display());
+
+    // The step whose server is no web address: its run is text in the details too.
+    b.click("h1");
+    assert_eq!(
+        b.eval("document.getElementById('tip').hidden"),
+        true,
+        "unpinned"
+    );
+    let bad_bar = format!(
+        "#timeline .exec[data-row=\"{}\"] rect:not(.hit)",
+        row_of("ci-bad-url")["row"].as_str().unwrap()
+    );
+    b.hover(&bad_bar);
+    assert_eq!(
+        detail(&mut b, "run"),
+        serde_json::json!([format!("4243 ({bad_run})"), []])
+    );
+    assert_eq!(b.eval("document.querySelectorAll('#tip a').length"), 0);
+    // The GitLab step's task links to its job.
+    let gl_bar = format!(
+        "#timeline .exec[data-row=\"{}\"] rect:not(.hit)",
+        row_of("ci-gitlab")["row"].as_str().unwrap()
+    );
+    b.hover(&gl_bar);
+    assert_eq!(
+        detail(&mut b, "task"),
+        serde_json::json!(["test #555", [[gl_task, "_blank", "noopener noreferrer"]]])
+    );
+    assert_eq!(
+        b.eval("performance.getEntriesByType('resource').length"),
+        0,
+        "nothing fetched after all that"
+    );
     drop(b);
     let _ = fs::remove_dir_all(&scratch);
 }

@@ -3,12 +3,17 @@
 //! of the execs (one bar per exec from its start to its end, split by where its task time
 //! went), details on hover, and a table that sorts by any column.
 //!
+//! Each exec is named by what ran ([`Record::name`]), its cgroup path beside it; where its
+//! record has a CI step, the step's run and task link to their pages: the page's only links,
+//! made only of http(s) addresses ([`web_url`]), opening in a new tab.
+//!
 //! Everything is rendered here, so the page reads without its script; the script only sorts
-//! the table and shows the hover details. Every string from the records goes through [`esc`].
+//! the table and shows (and pins) the hover details. Every string from the records goes
+//! through [`esc`].
 
 use std::fmt::Write as _;
 
-use super::{Breakdown, Build, Record, State, summary::http_date};
+use super::{Breakdown, Build, Ci, NamedBy, Record, State, summary::http_date};
 use crate::report::{bytes, dur};
 
 const CSS: &str = include_str!("page.css");
@@ -28,6 +33,113 @@ pub fn esc(s: &str) -> String {
         }
     }
     out
+}
+
+/// A web address that may become a link: http:// or https:// (any case) and a host, with no
+/// whitespace or control characters (which a browser would strip and read past). Anything
+/// else, javascript: and data: URLs among them, is shown as text only.
+pub fn web_url(s: &str) -> bool {
+    let b = s.as_bytes();
+    let scheme = if b.len() > 8 && b[..8].eq_ignore_ascii_case(b"https://") {
+        8
+    } else if b.len() > 7 && b[..7].eq_ignore_ascii_case(b"http://") {
+        7
+    } else {
+        return false;
+    };
+    !matches!(b[scheme], b'/' | b'\\' | b'?' | b'#' | b'@' | b':')
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// `text` linking to `url` (in a new tab, telling the target nothing of this page) when
+/// `url` is a web address; otherwise the text, and the address beside it as text.
+fn link(text: &str, url: Option<&str>) -> String {
+    match url {
+        Some(u) if web_url(u) => format!(
+            "<a href=\"{}\" target=\"_blank\" rel=\"noopener noreferrer\">{}</a>",
+            esc(u),
+            esc(text)
+        ),
+        Some(u) if u != text => format!(
+            "{} <span class=\"nolink\" title=\"not an http(s) address: not a link\">({})</span>",
+            esc(text),
+            esc(u)
+        ),
+        _ => esc(text),
+    }
+}
+
+/// The CI step of an exec, as (key, header, HTML) rows: system and worker, pipeline, run
+/// (linked to cicd.pipeline.run.url.full), task (linked to cicd.pipeline.task.run.url.full).
+fn ci_rows(ci: &Ci) -> Vec<(&'static str, &'static str, String)> {
+    let mut rows = Vec::new();
+    if let Some(sys) = ci.system_name() {
+        let mut x = esc(sys);
+        if let Some(w) = ci.attr("cicd.worker.id") {
+            let _ = write!(x, " &middot; worker {}", esc(w));
+        }
+        rows.push(("ci", "CI", x));
+    }
+    if let Some(p) = ci.attr("cicd.pipeline.name") {
+        rows.push(("pipeline", "pipeline", esc(p)));
+    }
+    let run_url = ci.attr("cicd.pipeline.run.url.full");
+    if let Some(id) = ci.attr("cicd.pipeline.run.id").or(run_url) {
+        rows.push(("run", "run", link(id, run_url)));
+    }
+    let task_url = ci.attr("cicd.pipeline.task.run.url.full");
+    let task = match (
+        ci.attr("cicd.pipeline.task.name"),
+        ci.attr("cicd.pipeline.task.run.id"),
+    ) {
+        (Some(n), Some(id)) => Some(format!("{n} #{id}")),
+        (n, id) => n.or(id).or(task_url).map(str::to_owned),
+    };
+    if let Some(t) = task {
+        rows.push(("task", "task", link(&t, task_url)));
+    }
+    rows
+}
+
+/// The CI step for the table: "GitHub Actions · CI · run 4242 · build", the run and the task
+/// linked; with the same words as plain text (the sort key).
+fn ci_cell(ci: &Ci) -> (String, String) {
+    let (mut html, mut text) = (Vec::new(), Vec::new());
+    let run_url = ci.attr("cicd.pipeline.run.url.full");
+    let task_url = ci.attr("cicd.pipeline.task.run.url.full");
+    for (v, url) in [
+        (ci.system_name().map(str::to_owned), None),
+        (ci.attr("cicd.pipeline.name").map(str::to_owned), None),
+        (
+            match ci.attr("cicd.pipeline.run.id") {
+                Some(id) => Some(format!("run {id}")),
+                None => run_url.map(|_| "run".to_owned()),
+            },
+            run_url,
+        ),
+        (
+            ci.attr("cicd.pipeline.task.name")
+                .or(ci.attr("cicd.pipeline.task.run.id"))
+                .or(task_url.map(|_| "task"))
+                .map(str::to_owned),
+            task_url,
+        ),
+    ] {
+        if let Some(v) = v {
+            html.push(link(&v, url));
+            text.push(v);
+        }
+    }
+    (html.join(" &middot; "), text.join(" · "))
+}
+
+/// An exec's name, shortened to `n` characters for a label: a path keeps its end (the exec's
+/// own name is there), a name or command its start.
+fn short_name(r: &Record, n: usize) -> String {
+    match r.name() {
+        (p, NamedBy::Path) => shorten(p, n),
+        (name, _) => shorten_front(name, n),
+    }
 }
 
 fn pct(part: u64, whole: u64) -> f64 {
@@ -52,7 +164,8 @@ pub fn render(build: &Build, source: &str) -> String {
         s,
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
-         style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n\
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'; base-uri 'none'; \
+         form-action 'none'\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>Build profile: {}</title>\n<style>\n{CSS}</style>\n</head>\n<body>\n",
         esc(source)
@@ -200,7 +313,7 @@ fn timeline(s: &mut String, build: &Build) {
                 "<text class=\"label\" x=\"{:.1}\" y=\"{:.2}\">{}</text>",
                 LABEL_W - 8.0,
                 y + row_h / 2.0,
-                esc(&shorten(&r.exec, 34))
+                esc(&short_name(r, 34))
             );
         }
         let b = r.breakdown();
@@ -292,11 +405,12 @@ fn shorten(s: &str, n: usize) -> String {
     format!("…{tail}")
 }
 
-/// A table cell: the sort key in data-v (empty when the figure is missing), the text shown.
+/// A table cell: the sort key in data-v (empty when the figure is missing), what is shown
+/// (HTML, escaped already), and a title.
 struct Cell {
     key: &'static str,
     v: String,
-    text: String,
+    html: String,
     title: Option<String>,
 }
 
@@ -304,7 +418,7 @@ fn num(key: &'static str, v: u64, text: String) -> Cell {
     Cell {
         key,
         v: v.to_string(),
-        text,
+        html: esc(&text),
         title: None,
     }
 }
@@ -313,14 +427,15 @@ fn missing(key: &'static str, why: String) -> Cell {
     Cell {
         key,
         v: String::new(),
-        text: "n/a".into(),
+        html: "n/a".into(),
         title: Some(why),
     }
 }
 
 /// Columns: (key, header, sorts as text).
-const COLUMNS: [(&str, &str, bool); 15] = [
+const COLUMNS: [(&str, &str, bool); 16] = [
     ("exec", "exec", true),
+    ("ci", "CI step", true),
     ("state", "state", true),
     ("start", "start", false),
     ("wall", "wall", false),
@@ -342,7 +457,7 @@ fn cells(r: &Record, t0: u64) -> Vec<Cell> {
     let text = |key, v: &str| Cell {
         key,
         v: v.to_owned(),
-        text: v.to_owned(),
+        html: esc(v),
         title: None,
     };
     let state = match (r.state, r.partial) {
@@ -351,8 +466,40 @@ fn cells(r: &Record, t0: u64) -> Vec<Cell> {
         (State::Running, false) => "running",
         (State::Running, true) => "running, partial",
     };
+    let (name, by) = r.name();
+    // The name, and under it the cgroup path unless that is the name.
+    let mut exec_html = format!("<span class=\"name\">{}</span>", esc(&short_name(r, 48)));
+    if by != NamedBy::Path {
+        let _ = write!(exec_html, "<span class=\"sub\">{}</span>", esc(&r.exec));
+    }
+    let (mut ci_html, mut ci_text) = r.ci().map(ci_cell).unwrap_or_default();
+    if let Some(t) = r.ci().and_then(|c| c.trace.as_ref()) {
+        // The start of the id tells traces apart here; the title and the hover have it whole.
+        let _ = write!(
+            ci_html,
+            "<span class=\"sub trace\" title=\"{}\">trace {}</span>",
+            esc(&t.trace_id),
+            esc(&shorten_front(&t.trace_id, 9))
+        );
+        ci_text = format!("{ci_text} trace {}", t.trace_id);
+    }
     let mut v = vec![
-        text("exec", &r.exec),
+        Cell {
+            key: "exec",
+            v: name.to_owned(),
+            html: exec_html,
+            title: Some(if by == NamedBy::Path {
+                name.to_owned()
+            } else {
+                format!("{name}\ncgroup path: {}", r.exec)
+            }),
+        },
+        Cell {
+            key: "ci",
+            v: ci_text.trim().to_owned(),
+            html: ci_html,
+            title: None,
+        },
         text("state", state),
         num("start", r.start_unix_ns - t0, offset(r.start_unix_ns - t0)),
         num("wall", r.wall_ns, dur(r.wall_ns)),
@@ -390,7 +537,9 @@ fn table(s: &mut String, build: &Build) {
     let (t0, _) = build.span();
     s.push_str(
         "<section>\n<h2>Execs</h2>\n<p class=\"hint\">Click a column's header to sort by it; \
-         hover a row or a bar for details. Net is the exec's sockets (IP bytes, loopback \
+         hover a row or a bar for details, click it to pin them (their links open in a new \
+         tab). An exec is named by its container's name, else its command, else its cgroup \
+         path. Net is the exec's sockets (IP bytes, loopback \
          included); procs counts the processes forked in the exec (not one moved into it).</p>\n<div class=\"scroll\"><table id=\"execs\">\n<thead><tr>",
     );
     for (key, header, is_text) in COLUMNS {
@@ -418,7 +567,7 @@ fn table(s: &mut String, build: &Build) {
                 "<td data-key=\"{}\" data-v=\"{}\"{title}>{}</td>",
                 c.key,
                 esc(&c.v),
-                esc(&c.text)
+                c.html
             );
         }
         s.push_str("</tr>\n");
@@ -432,7 +581,7 @@ fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
     let _ = write!(
         s,
         "<template id=\"detail-{i}\"><h3>{}</h3><p>{}{} &middot; cgroup {}</p><table>",
-        esc(&r.exec),
+        esc(r.name().0),
         match r.state {
             State::Ended => "ended",
             State::Running => "still running when recorded",
@@ -447,6 +596,53 @@ fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
     let row = |s: &mut String, key: &str, th: &str, td: String| {
         let _ = write!(s, "<tr data-key=\"{key}\"><th>{th}</th><td>{td}</td></tr>");
     };
+    row(s, "path", "cgroup path", esc(&r.exec));
+    if let Some(c) = &r.container {
+        let mut x = format!("{} {}", esc(&c.runtime), esc(&shorten_front(&c.id, 13)));
+        if let Some(n) = &c.name {
+            let _ = write!(x, " &middot; name {}", esc(n));
+        }
+        if let Some(im) = &c.image {
+            let _ = write!(x, " &middot; image {}", esc(im));
+        }
+        row(s, "container", "container", x);
+        if let Some(cmd) = &c.command {
+            row(
+                s,
+                "container_command",
+                "its command",
+                esc(&shorten_front(cmd, 200)),
+            );
+        }
+    }
+    if let Some(cmd) = &r.command {
+        row(s, "command", "first program", esc(&shorten_front(cmd, 200)));
+    }
+    if let Some(ci) = r.ci() {
+        for (key, th, td) in ci_rows(ci) {
+            row(s, key, th, td);
+        }
+        if let Some(t) = &ci.trace {
+            let mut x = format!(
+                "<code>{}</code>, parent span <code>{}</code>{}",
+                esc(&t.trace_id),
+                esc(&t.span_id),
+                if t.sampled { ", sampled" } else { "" }
+            );
+            if let Some(st) = &t.tracestate {
+                let _ = write!(x, "; tracestate {}", esc(st));
+            }
+            row(s, "trace", "trace", x);
+        }
+        if !ci.env.is_empty() {
+            let vars: Vec<String> = ci
+                .env
+                .iter()
+                .map(|(k, v)| format!("{}={}", esc(k), esc(v)))
+                .collect();
+            row(s, "env", "variables", vars.join(", "));
+        }
+    }
     row(
         s,
         "span",
@@ -583,7 +779,7 @@ fn shorten_front(s: &str, n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{cpu, line};
+    use super::super::tests::{cpu, line, with};
     use super::*;
 
     #[test]
@@ -633,6 +829,129 @@ mod tests {
         assert!(page.contains("data-execs=\"3\" data-running=\"1\""));
         assert!(page.contains("<td data-key=\"disk_write\" data-v=\"1048576\">1.0MiB</td>"));
         assert!(page.contains("<td data-key=\"memory_peak\" data-v=\"\" title=\"the memory"));
+    }
+
+    #[test]
+    fn only_web_addresses_become_links() {
+        for good in [
+            "https://github.example/acme/app/actions/runs/1",
+            "http://ci.example:8080/job/app/41/",
+            "HTTPS://CI.EXAMPLE/x?a=1&b=2#frag",
+        ] {
+            assert!(web_url(good), "{good}");
+        }
+        for bad in [
+            "javascript:alert(1)",
+            "JavaScript:alert(1)//https://x",
+            "data:text/html,<script>alert(1)</script>",
+            "https://",
+            "https:///path",
+            "https:\\\\x",
+            "//ci.example/x",
+            "ftp://ci.example/x",
+            " https://ci.example/x",
+            "https://ci.example/a b",
+            "https://ci.example/a\nb",
+            "https://ci.example/\u{7}",
+            "",
+        ] {
+            assert!(!web_url(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ci_steps_link_to_their_run_and_task() {
+        let ci = |system: &str, attrs: &str, trace: &str| {
+            format!(r#""ci":{{"system":"{system}","attributes":{{{attrs}}}{trace}}}"#)
+        };
+        let tp = r#","trace":{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7","sampled":true,"tracestate":"v=<x>"}"#;
+        let text = [
+            with(
+                &line("gl", 1, "ended", 0, 100, &cpu(1, 0, 0, 2)),
+                &format!(
+                    r#""command":"make test",{}"#,
+                    ci(
+                        "gitlab_ci",
+                        r#""cicd.pipeline.name":"group/app","cicd.pipeline.run.id":"99","cicd.pipeline.task.name":"test","cicd.pipeline.task.run.id":"555","cicd.pipeline.run.url.full":"https://gitlab.example/group/app/-/pipelines/99?a=1&b=\"2\"","cicd.pipeline.task.run.url.full":"https://gitlab.example/group/app/-/jobs/555""#,
+                        tp
+                    )
+                ),
+            ),
+            with(
+                &line("gh", 2, "ended", 1, 100, &cpu(1, 0, 0, 2)),
+                &ci(
+                    "github_actions",
+                    r#""cicd.pipeline.name":"CI","cicd.pipeline.run.id":"7","cicd.pipeline.task.name":"build","cicd.pipeline.run.url.full":"javascript:alert(1)/acme/app/actions/runs/7""#,
+                    "",
+                ),
+            ),
+            line("plain", 3, "ended", 2, 100, &cpu(1, 0, 0, 2)),
+        ]
+        .join("\n");
+        let b = Build::read(text.as_bytes(), "t").unwrap();
+        let page = render(&b, "t");
+        let run = r#"<a href="https://gitlab.example/group/app/-/pipelines/99?a=1&amp;b=&quot;2&quot;" target="_blank" rel="noopener noreferrer">"#;
+        let task = r#"<a href="https://gitlab.example/group/app/-/jobs/555" target="_blank" rel="noopener noreferrer">"#;
+        // Each in the table and in the hover details.
+        assert_eq!(page.matches(run).count(), 2, "{page}");
+        assert_eq!(page.matches(task).count(), 2, "{page}");
+        assert_eq!(page.matches("href=").count(), 4, "no other link");
+        assert!(page.contains(&format!("{run}run 99</a>")));
+        assert!(page.contains(&format!("{task}test #555</a>")));
+        // Not an http(s) address: shown, as text.
+        assert!(!page.contains("href=\"javascript"));
+        assert!(page.contains("7 <span class=\"nolink\""), "{page}");
+        assert!(page.contains("(javascript:alert(1)/acme/app/actions/runs/7)"));
+        // Named by its command, the path under it; the trace id in the table and details.
+        assert!(
+            page.contains(
+                "<td data-key=\"exec\" data-v=\"make test\" title=\"make test\ncgroup path: gl\">\
+                 <span class=\"name\">make test</span><span class=\"sub\">gl</span></td>"
+            ),
+            "{page}"
+        );
+        // An exec named by its path shows it once.
+        assert!(page.contains(
+            "<td data-key=\"exec\" data-v=\"gh\" title=\"gh\"><span class=\"name\">gh</span></td>"
+        ));
+        assert!(page.contains("<h3>make test</h3>"));
+        assert!(page.contains("<tr data-key=\"path\"><th>cgroup path</th><td>gl</td></tr>"));
+        assert!(page.contains(
+            "<span class=\"sub trace\" title=\"4bf92f3577b34da6a3ce929d0e0e4736\">trace 4bf92f35…</span></td>"
+        ));
+        assert!(page.contains(
+            "data-v=\"GitLab CI · group/app · run 99 · test trace 4bf92f3577b34da6a3ce929d0e0e4736\""
+        ));
+        assert!(
+            page.contains(&format!("{task}test</a>")),
+            "the table's task link"
+        );
+        assert!(page.contains("<code>4bf92f3577b34da6a3ce929d0e0e4736</code>, parent span <code>00f067aa0ba902b7</code>, sampled; tracestate v=&lt;x&gt;"));
+        assert!(page.contains("<tr data-key=\"ci\"><th>CI</th><td>GitLab CI</td></tr>"));
+        assert!(page.contains("data-v=\"GitHub Actions · CI · run 7 · build\""));
+        // A record without CI context has an empty CI cell.
+        assert!(page.contains("<td data-key=\"ci\" data-v=\"\"></td><td data-key=\"state\""));
+        // The policy still forbids every fetch.
+        assert!(page.contains("content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'\""));
+    }
+
+    #[test]
+    fn a_run_known_only_by_its_address_is_still_linked() {
+        let rec = with(
+            &line("bk", 1, "ended", 0, 100, &cpu(1, 0, 0, 2)),
+            r#""ci":{"system":"buildkite","attributes":{"cicd.pipeline.run.url.full":"https://buildkite.example/b/12"}}"#,
+        );
+        let page = render(&Build::read(rec.as_bytes(), "t").unwrap(), "t");
+        let a = r#"<a href="https://buildkite.example/b/12" target="_blank" rel="noopener noreferrer">"#;
+        assert!(
+            page.contains(&format!(
+                r#"data-v="Buildkite · run">Buildkite &middot; {a}run</a></td>"#
+            )),
+            "{page}"
+        );
+        assert!(page.contains(&format!(
+            "<th>run</th><td>{a}https://buildkite.example/b/12</a>"
+        )));
     }
 
     #[test]

@@ -7,7 +7,7 @@ pub mod html;
 pub mod summary;
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     fs,
     io::{BufRead, BufReader},
     ops::AddAssign,
@@ -25,6 +25,15 @@ use serde::Deserialize;
 pub struct Record {
     pub exec: String,
     pub cgroup_id: u64,
+    /// Written only for an exec whose cgroup is a container's (or a BuildKit step's).
+    #[serde(default)]
+    pub container: Option<Container>,
+    /// Written only when the exec's first program was seen.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Written only when that program's environment named a CI step or a trace.
+    #[serde(default)]
+    pub ci: Option<Ci>,
     pub state: State,
     pub partial: bool,
     pub wall_ns: u64,
@@ -98,6 +107,70 @@ impl Process {
     }
 }
 
+/// What the container runtime said about the exec: runtime and id always, the rest where
+/// the runtime has it.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Container {
+    pub runtime: String,
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub command: Option<String>,
+}
+
+/// The exec's CI step and trace (see ci.rs): each part is left out when empty.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Ci {
+    pub system: Option<String>,
+    /// OpenTelemetry `cicd.*` attribute -> value.
+    pub attributes: BTreeMap<String, String>,
+    pub trace: Option<Trace>,
+    /// Variables asked for with --ci-env.
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Trace {
+    pub trace_id: String,
+    pub span_id: String,
+    pub sampled: bool,
+    #[serde(default)]
+    pub tracestate: Option<String>,
+}
+
+impl Ci {
+    pub fn attr(&self, name: &str) -> Option<&str> {
+        self.attributes
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The CI system for people (the record's own word for one not known here).
+    pub fn system_name(&self) -> Option<&str> {
+        self.system.as_deref().map(|s| match s {
+            "github_actions" => "GitHub Actions",
+            "gitlab_ci" => "GitLab CI",
+            "buildkite" => "Buildkite",
+            "jenkins" => "Jenkins",
+            other => other,
+        })
+    }
+}
+
+/// What names an exec: see [`Record::name`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamedBy {
+    ContainerName,
+    ContainerCommand,
+    Command,
+    Path,
+}
+
 /// Figures a host may lack are null or left out: all optional.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default)]
@@ -137,6 +210,31 @@ pub struct Traffic {
 }
 
 impl Record {
+    /// What ran, as the exported spans name it: the container's name, else its command (the
+    /// runtime's, else the first program's argv), else the exec's cgroup path.
+    pub fn name(&self) -> (&str, NamedBy) {
+        fn some(v: &Option<String>) -> Option<&str> {
+            v.as_deref().filter(|s| !s.trim().is_empty())
+        }
+        let c = self.container.as_ref();
+        if let Some(n) = c.and_then(|c| some(&c.name)) {
+            (n, NamedBy::ContainerName)
+        } else if let Some(n) = c.and_then(|c| some(&c.command)) {
+            (n, NamedBy::ContainerCommand)
+        } else if let Some(n) = some(&self.command) {
+            (n, NamedBy::Command)
+        } else {
+            (&self.exec, NamedBy::Path)
+        }
+    }
+
+    /// The CI context, when the record has any.
+    pub fn ci(&self) -> Option<&Ci> {
+        self.ci
+            .as_ref()
+            .filter(|c| c.system.is_some() || c.trace.is_some() || !c.env.is_empty())
+    }
+
     /// Memory peak and where it comes from: cgroup v2 `memory.peak`, else (hybrid hosts) v1
     /// `memory.max_usage_in_bytes`; otherwise why there is none.
     pub fn memory_peak(&self) -> Result<(u64, &'static str), String> {
@@ -386,6 +484,19 @@ pub(crate) mod tests {
         use profiler_common::{ExecStats, SockTraffic};
         let mut execs = Execs::new("/base", 10);
         execs.add_exec(9, "/base/step-1", 1_000);
+        let e = execs.get_mut(9).unwrap();
+        e.command = Some("make -j2".into());
+        e.metadata = Some(crate::runtime::Lookup::Found(
+            crate::runtime::ContainerInfo {
+                runtime: "buildkit",
+                id: "6n2c0m1v3k9w5q8x7z4y2b1a0".into(),
+                name: None,
+                image: None,
+                command: Some("/bin/sh -c make -j2".into()),
+            },
+        ));
+        let environ = b"GITHUB_ACTIONS=true\0GITHUB_RUN_ID=42\0GITHUB_SERVER_URL=https://github.example\0GITHUB_REPOSITORY=a/b\0TRACEPARENT=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\0";
+        e.ci = Some(crate::ci::CiEnv::default().context(environ));
         let exec = execs.get(9).unwrap();
         let mut stats = ExecStats::default();
         stats.ended.oncpu_ns = 40;
@@ -414,6 +525,21 @@ pub(crate) mod tests {
             (r.exec.as_str(), r.cgroup_id, r.state),
             ("step-1", 9, State::Running)
         );
+        assert_eq!(r.command.as_deref(), Some("make -j2"));
+        assert_eq!(r.name(), ("/bin/sh -c make -j2", NamedBy::ContainerCommand));
+        assert_eq!(r.container.as_ref().unwrap().runtime, "buildkit");
+        let ci = r.ci().unwrap();
+        assert_eq!(ci.system_name(), Some("GitHub Actions"));
+        assert_eq!(ci.attr("cicd.pipeline.run.id"), Some("42"));
+        assert_eq!(
+            ci.attr("cicd.pipeline.run.url.full"),
+            Some("https://github.example/a/b/actions/runs/42")
+        );
+        let t = ci.trace.as_ref().unwrap();
+        assert_eq!(
+            (t.trace_id.as_str(), t.span_id.as_str(), t.sampled),
+            ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", true)
+        );
         assert_eq!(r.wall_ns, 50_000);
         assert_eq!(r.end_unix_ns - r.start_unix_ns, 50_000);
         assert_eq!(r.disk.write_bytes, 4096);
@@ -438,6 +564,65 @@ pub(crate) mod tests {
 
     fn read(text: &str) -> Result<Build> {
         Build::read(text.as_bytes(), "t.jsonl")
+    }
+
+    /// `line` with more fields (JSON members, comma-separated) after the cgroup id.
+    pub fn with(line: &str, fields: &str) -> String {
+        line.replacen(r#","state":"#, &format!(r#",{fields},"state":"#), 1)
+    }
+
+    #[test]
+    fn an_exec_is_named_by_what_ran() {
+        let base = line("steps/3", 1, "ended", 0, 100, &cpu(1, 0, 0, 2));
+        let name = |fields: &str| {
+            let text = if fields.is_empty() {
+                base.clone()
+            } else {
+                with(&base, fields)
+            };
+            let r = read(&text).unwrap().records.remove(0);
+            let (n, by) = r.name();
+            (n.to_owned(), by)
+        };
+        let cmd = r#""command":"make -j2""#;
+        let full = r#""container":{"runtime":"docker","id":"abc","name":"web","command":"nginx -g daemon"}"#;
+        let unnamed =
+            r#""container":{"runtime":"buildkit","id":"abc","command":"/bin/sh -c make"}"#;
+        let bare = r#""container":{"runtime":"runc","id":"abc","name":" "}"#;
+        assert_eq!(name(""), ("steps/3".into(), NamedBy::Path));
+        assert_eq!(name(cmd), ("make -j2".into(), NamedBy::Command));
+        assert_eq!(
+            name(&format!("{full},{cmd}")),
+            ("web".into(), NamedBy::ContainerName)
+        );
+        assert_eq!(
+            name(&format!("{unnamed},{cmd}")),
+            ("/bin/sh -c make".into(), NamedBy::ContainerCommand)
+        );
+        // A blank name names nothing.
+        assert_eq!(
+            name(&format!("{bare},{cmd}")),
+            ("make -j2".into(), NamedBy::Command)
+        );
+        assert_eq!(name(bare), ("steps/3".into(), NamedBy::Path));
+        // CI context: none without one, or with nothing in it.
+        let r = read(&base).unwrap().records.remove(0);
+        assert!(r.ci().is_none());
+        let r = read(&with(&base, r#""ci":{}"#)).unwrap().records.remove(0);
+        assert!(r.ci().is_none());
+        let r = read(&with(
+            &base,
+            r#""ci":{"trace":{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7","sampled":false}}"#,
+        ))
+        .unwrap()
+        .records
+        .remove(0);
+        assert!(!r.ci().unwrap().trace.as_ref().unwrap().sampled);
+        // A container without its id is not the profiler's: an error, not a silent default.
+        let e = read(&with(&base, r#""container":{"runtime":"docker"}"#))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `id`"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 // profiler report: sort the exec table by a clicked header; show an exec's details while a
-// row or its bar is hovered. The page is complete without this script.
+// row or its bar is hovered, and keep them (pinned) after a click. The page is complete
+// without this script.
 (function () {
   'use strict';
   const table = document.getElementById('execs');
@@ -50,8 +51,12 @@
   const tip = document.getElementById('tip');
   const marked = row => document.querySelectorAll(
     '#timeline .exec[data-row="' + row + '"], #execs tbody tr[data-row="' + row + '"]');
+  // The row whose details a click pinned: they stay, where they are, and take the mouse (so
+  // that their links can be followed) until Escape, a click elsewhere or on the same row.
+  let pinned = null;
 
   function place(e) {
+    if (pinned !== null) return;
     const pad = 14;
     const r = tip.getBoundingClientRect();
     let x = e.clientX + pad, y = e.clientY + pad;
@@ -62,6 +67,7 @@
   }
 
   function show(row, e) {
+    if (pinned !== null) return;
     const t = document.getElementById('detail-' + row);
     if (!t) return;
     tip.replaceChildren(t.content.cloneNode(true));
@@ -72,8 +78,25 @@
   }
 
   function hide(row) {
+    if (pinned !== null) return;
     tip.hidden = true;
     marked(row).forEach(el => el.classList.remove('hl'));
+  }
+
+  function unpin() {
+    const row = pinned;
+    pinned = null;
+    tip.classList.remove('pinned');
+    hide(row);
+  }
+
+  function pin(row, e) {
+    const again = pinned === row;
+    if (pinned !== null) unpin();
+    if (again) return;
+    show(row, e);
+    pinned = row;
+    tip.classList.add('pinned');
   }
 
   document.querySelectorAll('#timeline .exec, #execs tbody tr').forEach(el => {
@@ -81,5 +104,16 @@
     el.addEventListener('mouseenter', e => show(row, e));
     el.addEventListener('mousemove', place);
     el.addEventListener('mouseleave', () => hide(row));
+    el.addEventListener('click', e => {
+      if (e.target.closest('a')) return; // a link in the table: just follow it
+      e.stopPropagation();
+      pin(row, e);
+    });
+  });
+  document.addEventListener('click', e => {
+    if (pinned !== null && !tip.contains(e.target)) unpin();
+  });
+  document.addEventListener('keydown', e => {
+    if (e.key === 'Escape' && pinned !== null) unpin();
   });
 })();

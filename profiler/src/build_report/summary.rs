@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Build, Record};
+use super::{Build, NamedBy, Record};
 use crate::report::{bytes, dur};
 
 /// How a ranked figure is shown.
@@ -132,10 +132,38 @@ pub fn render(build: &Build, top: usize) -> String {
                 Kind::Time | Kind::Bytes => pct(*v, total),
                 Kind::Span | Kind::Peak => String::new(),
             };
-            let _ = writeln!(s, "  {shown:>10} {share:>6}  {}", r.exec);
+            let _ = writeln!(s, "  {shown:>10} {share:>6}  {}", who(r));
         }
     }
     s
+}
+
+/// An exec as the summary names it: what ran (see [`Record::name`]), cut at 60 characters,
+/// and its cgroup path in brackets when that is not the name; on one line whatever the
+/// record holds (control characters escaped).
+fn who(r: &Record) -> String {
+    let printable = |s: &str| {
+        let mut out = String::new();
+        for c in s.chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    };
+    match r.name() {
+        (path, NamedBy::Path) => printable(path),
+        (name, _) => {
+            let mut n: String = name.chars().take(60).collect();
+            if name.chars().count() > 60 {
+                n.pop();
+                n.push('…');
+            }
+            format!("{}  [{}]", printable(&n), printable(&r.exec))
+        }
+    }
 }
 
 /// Unix ns as an HTTP date (UTC, to the second).
@@ -146,7 +174,7 @@ pub fn http_date(unix_ns: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{cpu, line};
+    use super::super::tests::{cpu, line, with};
     use super::*;
 
     #[test]
@@ -222,6 +250,32 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("  = task time      64.1ms    100%\n"), "{s}");
+    }
+
+    #[test]
+    fn execs_are_named_by_what_ran_with_their_path() {
+        let text = [
+            with(
+                &line("steps/1", 1, "ended", 0, 300, &cpu(3, 0, 0, 4)),
+                r#""container":{"runtime":"docker","id":"abc","name":"web"},"command":"nginx""#,
+            ),
+            with(
+                &line("steps/2", 2, "ended", 1, 200, &cpu(2, 0, 0, 4)),
+                r#""command":"sh -c 'a\nb'""#,
+            ),
+            line("steps/3", 3, "ended", 2, 100, &cpu(1, 0, 0, 4)),
+        ]
+        .join("\n");
+        let s = render(&Build::read(text.as_bytes(), "t").unwrap(), 5);
+        assert!(
+            s.contains(
+                "top execs by wall time:\n     \
+                 300.0ms         web  [steps/1]\n     \
+                 200.0ms         sh -c 'a\\nb'  [steps/2]\n     \
+                 100.0ms         steps/3\n"
+            ),
+            "{s}"
+        );
     }
 
     #[test]
