@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::Result;
-pub use otlp::{OtlpConfig, OtlpFlags, Protocol};
+pub use otlp::{OtlpConfig, Protocol, TlsFiles, reqwest_identity};
 
 use self::metrics::{ExecAttributes, ExecSeries};
 use crate::report::ExecReport;
