@@ -15,7 +15,7 @@ use crate::{
     cgroup::{self, Hierarchy},
     ci::CiEnv,
     monitor::Monitor,
-    report::live_table,
+    render::live_table,
     runtime::{Connected, Resolver},
 };
 
@@ -50,7 +50,7 @@ fn attach_dir(h: &Hierarchy, args: &AttachArgs, connected: Option<&Connected>) -
 
 pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     let h = Hierarchy::find()?;
-    crate::monitor::check_privileges()?;
+    crate::host::check_privileges()?;
     let (resolver, connected) = Resolver::start(&args.runtime.settings(), &h)?;
     let dir = attach_dir(&h, &args, connected.as_ref())?;
     let _stats = enable_bpf_stats(args.common.bpf_stats)?;

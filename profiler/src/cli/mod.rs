@@ -22,7 +22,7 @@ use crate::{
     export::{Exporters, metrics::ExecAttributes},
     monitor::{Monitor, Options},
     probes::Limits,
-    report::ExecReport,
+    record::ExecReport,
     spawn::SpawnError,
 };
 
@@ -161,7 +161,7 @@ pub(crate) fn enable_bpf_stats(on: bool) -> Result<Option<std::os::fd::OwnedFd>>
     if !on {
         return Ok(None);
     }
-    crate::monitor::check_privileges()?;
+    crate::host::check_privileges()?;
     aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .map(Some)
         .map_err(|e| anyhow::anyhow!("cannot enable BPF statistics (Linux 5.8 or later): {e}"))

@@ -31,7 +31,7 @@ impl Drop for CgroupGuard {
 
 pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     let h = Hierarchy::find()?;
-    crate::monitor::check_privileges()?;
+    crate::host::check_privileges()?;
     let given = PathBuf::from(&args.parent);
     let parent = if given.starts_with(&h.mount) {
         given
@@ -65,6 +65,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     let ci_env = CiEnv::new(&args.common.ci_env).map_err(anyhow::Error::msg)?;
     let mut mon = Monitor::start(options(&args.common, &ci_env, dir.clone(), 0), None)?;
     let exec_id = cgroup::cgroup_id(&dir)?;
+    // The record names the run's cgroup by its path on the v2 mount.
+    if let Ok(rel) = dir.strip_prefix(&h.mount) {
+        mon.rename_exec(exec_id, &rel.display().to_string());
+    }
 
     let child = spawn_in_cgroup(&dir, &args.command)?;
     // SAFETY: the pidfd belongs to `child`, which outlives `exited`.
@@ -85,9 +89,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         }
     }
     let (code, status) = wait_exit_code(child.pid)?;
-    let leftovers = cgroup::populated(&dir);
-    if leftovers {
+    if cgroup::populated(&dir) {
         cgroup::kill_all(&dir, Duration::from_secs(5))?;
+        mon.note(exec_id, "processes left behind by the command were killed");
     }
     // The exec is empty and its cgroup still there: its files hold their final values.
     mon.sample_final(exec_id);
@@ -100,18 +104,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-    let Some(mut report) = report else {
+    let Some(report) = report else {
         bail!("the command {status}, but its exec's final figures did not arrive");
     };
-    if leftovers {
-        report
-            .notes
-            .push("processes left behind by the command were killed".into());
-    }
-    report.exec = dir
-        .strip_prefix(&h.mount)
-        .map(|p| p.display().to_string())
-        .unwrap_or(report.exec);
     if let Some(x) = exporters {
         x.ended(std::slice::from_ref(&report));
         x.shutdown();

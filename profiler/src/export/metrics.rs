@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 use profiler_common::{LAT_BUCKETS, lat_bucket_floor_ns};
 use regex::Regex;
 
-use crate::{cgroup_files::Sourced, report::ExecReport, runtime::container_id};
+use crate::{
+    cgroup_files::Sourced,
+    record::{ExecReport, ExecState},
+    runtime::container_id,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -318,7 +322,7 @@ impl ExecSeries {
                     }
                 }
             }
-            if r.state == "running"
+            if r.state == ExecState::Running
                 && let Some(v) = value(&cg.memory_current_bytes)
             {
                 put(M::MemoryUsage, vec![], *v as f64);

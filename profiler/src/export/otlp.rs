@@ -35,7 +35,7 @@ use super::{
     metrics::{DEFS, ExecSeries, Kind, M, SERIES_PER_EXEC, histogram_values, latency_bounds_s},
     spans::{Spans, span_of},
 };
-use crate::report::ExecReport;
+use crate::record::ExecReport;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
