@@ -68,7 +68,7 @@ defs! {
     ContextSwitches = "profiler.exec.cpu.context_switches", Counter, "{switch}", true,
         "Context switches of the exec's tasks, by profiler.switch.kind (voluntary, involuntary)";
     DiskOperations = "profiler.exec.disk.operations", Counter, "{operation}", true,
-        "Completed block requests of the exec, by disk.io.direction (eBPF)";
+        "Block requests of the exec, each counted once at its first dispatch to the driver, by disk.io.direction (eBPF)";
     DiskLatency = "profiler.exec.disk.latency", Histogram, "s", false,
         "Block request latency from issue to completion, by disk.io.direction (eBPF); exported once, when the exec ends";
     SyscallIo = "profiler.exec.io.syscall", Counter, "By", true,
