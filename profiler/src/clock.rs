@@ -14,6 +14,11 @@ fn now_ns(clock: ClockId) -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
+/// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
+pub fn monotonic_ns() -> u64 {
+    now_ns(ClockId::CLOCK_MONOTONIC)
+}
+
 /// CLOCK_REALTIME - CLOCK_MONOTONIC in ns, read on the first call and fixed from then on
 /// (the monitor calls it at start).
 pub fn unix_offset_ns() -> u64 {

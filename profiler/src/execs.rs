@@ -8,7 +8,6 @@ use profiler_common::*;
 
 use crate::{
     ci::CiContext,
-    report::{ExecReport, ProcReport},
     runtime::{ContainerInfo, Lookup},
 };
 
@@ -279,9 +278,19 @@ pub struct Exec {
     pub metadata_asked: u8,
     /// The CI step and trace its first program's environment names.
     pub ci: Option<CiContext>,
+    /// What its record says besides the figures (e.g. that the command left processes).
+    pub notes: Vec<String>,
+    /// The name its record gives it instead of its path (`profiler run`: the cgroup's path
+    /// on the v2 mount, for the attached cgroup's own exec).
+    pub report_as: Option<String>,
 }
 
 impl Exec {
+    /// How its record names it: its path relative to the attached cgroup, unless renamed.
+    pub fn report_path(&self) -> &str {
+        self.report_as.as_deref().unwrap_or(&self.path)
+    }
+
     pub fn container(&self) -> Option<&ContainerInfo> {
         match &self.metadata {
             Some(Lookup::Found(c)) => Some(c),
@@ -356,6 +365,8 @@ impl Execs {
             metadata: None,
             metadata_asked: 0,
             ci: None,
+            notes: Vec::new(),
+            report_as: None,
         });
     }
 
@@ -538,53 +549,6 @@ impl Snapshot {
     fn per_exec_proc(&mut self, exec: u64) -> &mut ProcCounters {
         self.per_proc.entry(exec).or_default()
     }
-}
-
-/// Build the record of an exec from its kernel totals (plus live tasks when it still runs).
-pub fn build_report(
-    exec: &Exec,
-    stats: &ExecStats,
-    live: Option<Live<'_>>,
-    now_ns: u64,
-    top: usize,
-    mut notes: Vec<String>,
-) -> ExecReport {
-    let mut counters = stats.ended;
-    let empty = HashMap::new();
-    let (live_procs, live_tasks) = match live {
-        Some(l) => {
-            counters.add(l.counters);
-            (l.procs, l.tasks)
-        }
-        None => (&empty, 0),
-    };
-    let end_ns = exec.removed_ns.unwrap_or(now_ns);
-    if exec.partial {
-        notes.push("already running when the profiler attached: figures count from then".into());
-    }
-    if let Some(Lookup::Missing(why)) = &exec.metadata {
-        notes.push(format!("container metadata unavailable: {why}"));
-    }
-    if stats.tasks_without_delays > 0 {
-        notes.push(format!(
-            "IO-wait and memory stall unknown for {} task(s): delay accounting was off when they \
-             started, or the kernel's figure was inconsistent (longer than the task's life)",
-            stats.tasks_without_delays
-        ));
-    }
-    let mut procs = exec.procs.processes(live_procs);
-    let chosen = top_processes(&mut procs, top);
-    ExecReport::new(
-        exec,
-        &counters,
-        stats,
-        end_ns.saturating_sub(exec.started_ns),
-        live_tasks,
-        chosen.into_iter().map(ProcReport::from).collect(),
-        exec.procs.other_count,
-        &exec.procs.other,
-        notes,
-    )
 }
 
 /// The union of the top `n` processes by CPU, by IO and by stall, ordered by CPU; `n == 0`

@@ -1,20 +1,24 @@
 //! profiler: per-exec resource profiling of cgroup subtrees with eBPF.
 //!
 //! Data flow: kernel programs (profiler-ebpf) -> maps keyed by cgroup id ([`probes`]) ->
-//! userspace model of execs ([`execs`], driven by [`monitor`]) -> records ([`report`]).
+//! userspace model of execs ([`execs`], driven by [`monitor`], named by [`runtime`] and
+//! [`ci`]) -> records ([`record`], shown by [`render`]) -> exporters ([`export`]). The command
+//! line is [`cli`]; `profiler report` reads records back ([`build_report`]).
 
 pub mod build_report;
 pub mod cgroup;
 pub mod cgroup_files;
 pub mod ci;
+pub mod cli;
 pub mod clock;
-pub mod commands;
 pub mod execs;
 pub mod export;
+pub mod host;
 pub mod kernel_layout;
 pub mod monitor;
 pub mod network;
 pub mod probes;
-pub mod report;
+pub mod record;
+pub mod render;
 pub mod runtime;
 pub mod spawn;

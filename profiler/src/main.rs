@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser as _, error::ErrorKind};
-use profiler::commands::{Cli, run_cli};
+use profiler::cli::{Cli, run_cli};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

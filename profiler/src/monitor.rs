@@ -15,11 +15,13 @@ use crate::{
     cgroup::{self, Hierarchy},
     cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
     ci::CiEnv,
-    execs::{Event, Execs, Followup, Live, Snapshot, args_summary, build_report},
+    clock::monotonic_ns,
+    execs::{Event, Execs, Followup, Live, Snapshot, args_summary},
+    host::{check_privileges, enable_delay_accounting, own_netns_inum},
     kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
     network::{FaultSamples, NetInput, NetReport},
     probes::{ExecNet, Limits, Probes, ProgramCost, kernel_release},
-    report::ExecReport,
+    record::{ExecReport, Inputs},
     runtime::{Lookup, Resolver},
 };
 
@@ -64,61 +66,6 @@ pub struct Monitor {
     resolver: Option<Resolver>,
     /// Execs whose metadata was asked for and has not arrived.
     metadata_pending: HashSet<u64>,
-}
-
-/// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
-pub fn monotonic_ns() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-}
-
-/// Refuse early, with the fix, when the process cannot load BPF programs.
-pub fn check_privileges() -> Result<()> {
-    if nix::unistd::geteuid().is_root() {
-        return Ok(());
-    }
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    const CAP_SYS_ADMIN: u64 = 21;
-    const CAP_PERFMON: u64 = 38;
-    const CAP_BPF: u64 = 39;
-    let has = |c: u64| caps & (1 << c) != 0;
-    if has(CAP_SYS_ADMIN) && has(CAP_BPF) && has(CAP_PERFMON) {
-        return Ok(());
-    }
-    bail!(
-        "profiler needs root privileges (CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON) to load its \
-         eBPF programs; run it as root, e.g. with sudo"
-    )
-}
-
-/// Delay accounting gives the IO-wait and memory-stall figures; it is off by default and only
-/// tasks started while it is on have it. Turn it on (it stays on: other profilers may rely on it).
-fn enable_delay_accounting() -> Option<String> {
-    const KNOB: &str = "/proc/sys/kernel/task_delayacct";
-    match fs::read_to_string(KNOB) {
-        Ok(v) if v.trim() == "1" => None,
-        Ok(_) => match fs::write(KNOB, "1") {
-            Ok(()) => {
-                eprintln!(
-                    "profiler: enabled kernel.task_delayacct for IO-wait figures \
-                     (tasks started earlier have none)"
-                );
-                None
-            }
-            Err(e) => Some(format!(
-                "cannot enable kernel.task_delayacct ({e}): no IO-wait figures"
-            )),
-        },
-        Err(_) => Some(
-            "kernel has no delay accounting (CONFIG_TASK_DELAY_ACCT): no IO-wait figures".into(),
-        ),
-    }
 }
 
 impl Monitor {
@@ -506,28 +453,27 @@ impl Monitor {
             ));
         }
         let now = monotonic_ns();
-        let mut report = build_report(&exec, &stats, live, now, self.opts.top, notes);
-        if let Some(f) = self.files.get(&id) {
+        let cgroup = self.files.get(&id).map(|f| {
             let mut c = f.report(exec.removed_ns.unwrap_or(now), exec.removed_ns.is_none());
             if let Some(ff) = &exec.final_figures {
-                c.apply_final(ff, &self.final_names, &mut report.notes);
+                c.apply_final(ff, &self.final_names, &mut notes);
                 if ff.pending > 0 {
-                    report.notes.push(format!(
+                    notes.push(format!(
                         "cgroup figures were taken at the cgroup's removal while {} task(s) were still exiting: their last moments are missing",
                         ff.pending as i64
                     ));
                 }
             } else if exec.removed_ns.is_some() {
-                report.notes.push("no kernel totals were read at the cgroup's removal: cgroup figures are the last samples".into());
+                notes.push("no kernel totals were read at the cgroup's removal: cgroup figures are the last samples".into());
             }
-            c.crosscheck(report.disk.read_bytes, report.disk.write_bytes);
-            report.cgroup = Some(c);
-        }
+            c.crosscheck(stats.disk.read_bytes, stats.disk.write_bytes);
+            c
+        });
         // An ended exec's namespaces and interface counters leave the kernel maps here.
         if exec.removed_ns.is_some() {
             self.probes.forget_net(&net);
         }
-        report.network = Some(NetReport::build(NetInput {
+        let network = Some(NetReport::build(NetInput {
             sock: &stats.sock,
             sockets_status: &self.probes.net.sockets,
             interfaces_status: &self.probes.net.interfaces,
@@ -535,6 +481,18 @@ impl Monitor {
             ifaces: &net.ifaces,
             faults: self.net_faults.get(&id),
         }));
+        let report = ExecReport::build(
+            &exec,
+            Inputs {
+                stats: &stats,
+                live,
+                now_ns: now,
+                top: self.opts.top,
+                notes,
+                cgroup,
+                network,
+            },
+        );
         if exec.removed_ns.is_some()
             && let Some((_, ids)) = self.execs.take(id)
         {
@@ -607,6 +565,20 @@ impl Monitor {
         out.extend(self.live()?);
         self.warn_drops();
         Ok(out)
+    }
+
+    /// Name an exec's record `name` instead of its path.
+    pub fn rename_exec(&mut self, id: u64, name: &str) {
+        if let Some(e) = self.execs.get_mut(id) {
+            e.report_as = Some(name.to_owned());
+        }
+    }
+
+    /// Add a note to an exec's record.
+    pub fn note(&mut self, id: u64, note: &str) {
+        if let Some(e) = self.execs.get_mut(id) {
+            e.notes.push(note.to_owned());
+        }
     }
 
     /// Ids of the execs currently known.
@@ -740,13 +712,6 @@ fn take_baselines(probes: &mut Probes, execs: &mut Execs) -> Result<Vec<(u64, u3
         }
     }
     Ok(procs)
-}
-
-/// Inode number of the profiler's own network namespace: the host's, as it runs there.
-fn own_netns_inum() -> Result<u32> {
-    use std::os::unix::fs::MetadataExt as _;
-    let m = fs::metadata("/proc/self/ns/net").context("cannot read /proc/self/ns/net")?;
-    Ok(m.ino() as u32)
 }
 
 /// comm and argv summary of a running process, from /proc.

@@ -12,7 +12,7 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use profiler::report::{bytes, dur};
+use profiler::render::{bytes, dur};
 use profiler_tests::{browser::Browser, *};
 
 const MIB: u64 = 1024 * 1024;

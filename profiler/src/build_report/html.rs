@@ -14,7 +14,7 @@
 use std::fmt::Write as _;
 
 use super::{Breakdown, Build, Ci, NamedBy, Record, State, summary::http_date};
-use crate::report::{bytes, dur};
+use crate::render::{bytes, dur};
 
 const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");

@@ -478,8 +478,9 @@ pub(crate) mod tests {
     #[test]
     fn reads_the_records_the_profiler_writes() {
         use crate::{
-            execs::{Execs, build_report},
+            execs::Execs,
             network::{NetInput, NetReport},
+            record::{ExecReport, Inputs},
         };
         use profiler_common::{ExecStats, SockTraffic};
         let mut execs = Execs::new("/base", 10);
@@ -504,14 +505,13 @@ pub(crate) mod tests {
         stats.ended.iowait_ns = 5;
         stats.ended.life_ns = 100;
         stats.disk.write_bytes = 4096;
-        let mut report = build_report(exec, &stats, None, 51_000, 10, Vec::new());
         let sock = SockTraffic {
             rx_bytes: 7,
             tx_bytes: 8,
             lo_tx_bytes: 3,
             ..Default::default()
         };
-        report.network = Some(NetReport::build(NetInput {
+        let network = Some(NetReport::build(NetInput {
             sock: &sock,
             sockets_status: &Ok(()),
             interfaces_status: &Ok(()),
@@ -519,6 +519,18 @@ pub(crate) mod tests {
             ifaces: &[],
             faults: None,
         }));
+        let report = ExecReport::build(
+            exec,
+            Inputs {
+                stats: &stats,
+                live: None,
+                now_ns: 51_000,
+                top: 10,
+                notes: Vec::new(),
+                cgroup: None,
+                network,
+            },
+        );
         let b = Build::read(report.json().as_bytes(), "t").unwrap();
         let r = &b.records[0];
         assert_eq!(

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Build, NamedBy, Record};
-use crate::report::{bytes, dur};
+use crate::render::{bytes, dur};
 
 /// How a ranked figure is shown.
 #[derive(Clone, Copy, PartialEq, Eq)]

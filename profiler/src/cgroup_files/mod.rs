@@ -317,13 +317,28 @@ fn why_missing(
 // The record's cgroup section.
 
 /// A group of figures with its source, or the reason it is missing.
+/// When a figure of the cgroup files was read.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum When {
+    /// At or after the exec's end (the kernel's totals at the cgroup's removal, or a read of
+    /// the emptied cgroup).
+    Final,
+    /// The last periodic read before the end.
+    Sample,
+    /// Just now, while the exec runs.
+    Live,
+    /// Never: the figure is missing.
+    #[default]
+    None,
+}
+
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Sourced<T> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<T>,
     pub source: String,
-    /// "final" (read at or after the exec's end), "sample" (the last periodic read), "live".
-    pub when: &'static str,
+    pub when: When,
     /// For "sample": how long before the end (or now) it was read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age_ns: Option<u64>,
@@ -336,7 +351,7 @@ impl<T> Sourced<T> {
         Self {
             value: None,
             source,
-            when: "none",
+            when: When::None,
             age_ns: None,
             missing: Some(why),
         }
@@ -412,8 +427,8 @@ pub struct DiskCrosscheck {
     /// eBPF minus io.stat.
     pub read_diff_bytes: i64,
     pub write_diff_bytes: i64,
-    /// io.stat was a sample, not read at the exec's end.
-    pub io_stat_when: &'static str,
+    /// When io.stat was read (a sample is not the exec's end).
+    pub io_stat_when: When,
 }
 
 impl ExecFiles {
@@ -428,11 +443,11 @@ impl ExecFiles {
                     value: Some(v.clone()),
                     source,
                     when: if running {
-                        "live"
+                        When::Live
                     } else if is_final || t >= end_ns {
-                        "final"
+                        When::Final
                     } else {
-                        "sample"
+                        When::Sample
                     },
                     age_ns: if running || is_final || t >= end_ns {
                         None
@@ -513,7 +528,7 @@ fn final_of<T>(v: T) -> Sourced<T> {
     Sourced {
         value: Some(v),
         source: FROM_REMOVAL.into(),
-        when: "final",
+        when: When::Final,
         age_ns: None,
         missing: None,
     }
@@ -651,7 +666,7 @@ mod tests {
             r.cpu_stat.as_ref().unwrap().value.as_ref().unwrap()["usage_usec"],
             5
         );
-        assert_eq!(r.cpu_stat.as_ref().unwrap().when, "final");
+        assert_eq!(r.cpu_stat.as_ref().unwrap().when, When::Final);
         assert_eq!(
             r.cpu_pressure
                 .as_ref()

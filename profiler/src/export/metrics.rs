@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 use profiler_common::{LAT_BUCKETS, lat_bucket_floor_ns};
 use regex::Regex;
 
-use crate::{cgroup_files::Sourced, report::ExecReport, runtime::container_id};
+use crate::{
+    cgroup_files::Sourced,
+    record::{ExecReport, ExecState},
+    runtime::container_id,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -64,7 +68,7 @@ defs! {
     ContextSwitches = "profiler.exec.cpu.context_switches", Counter, "{switch}", true,
         "Context switches of the exec's tasks, by profiler.switch.kind (voluntary, involuntary)";
     DiskOperations = "profiler.exec.disk.operations", Counter, "{operation}", true,
-        "Completed block requests of the exec, by disk.io.direction (eBPF)";
+        "Block requests of the exec, each counted once at its first dispatch to the driver, by disk.io.direction (eBPF)";
     DiskLatency = "profiler.exec.disk.latency", Histogram, "s", false,
         "Block request latency from issue to completion, by disk.io.direction (eBPF); exported once, when the exec ends";
     SyscallIo = "profiler.exec.io.syscall", Counter, "By", true,
@@ -318,7 +322,7 @@ impl ExecSeries {
                     }
                 }
             }
-            if r.state == "running"
+            if r.state == ExecState::Running
                 && let Some(v) = value(&cg.memory_current_bytes)
             {
                 put(M::MemoryUsage, vec![], *v as f64);

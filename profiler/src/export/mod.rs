@@ -16,10 +16,10 @@ use std::{
 };
 
 use anyhow::Result;
-pub use otlp::{OtlpConfig, OtlpFlags, Protocol};
+pub use otlp::{OtlpConfig, Protocol, TlsFiles, reqwest_identity};
 
 use self::metrics::{ExecAttributes, ExecSeries};
-use crate::report::ExecReport;
+use crate::record::{ExecReport, ExecState};
 
 /// Most ended execs kept waiting for a successful OTLP export (an outage longer than this
 /// many execs loses the oldest, with a warning).
@@ -200,7 +200,7 @@ impl Exporters {
     pub fn live(&self, reports: &[ExecReport]) {
         let live: HashMap<u64, Arc<ExecSeries>> = reports
             .iter()
-            .filter(|r| r.state == "running")
+            .filter(|r| r.state == ExecState::Running)
             .map(|r| (r.cgroup_id, self.series(r)))
             .collect();
         lock(&self.shared).live = live;

@@ -4,8 +4,7 @@
 
 use std::{
     collections::HashMap,
-    env, fs,
-    path::PathBuf,
+    env,
     sync::{
         Arc, Mutex, OnceLock,
         atomic::{AtomicBool, Ordering},
@@ -13,8 +12,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result, anyhow, bail};
-use clap::Args;
+use anyhow::{Context as _, Result, anyhow};
 use opentelemetry::{
     KeyValue,
     metrics::{Histogram, MeterProvider as _},
@@ -37,56 +35,7 @@ use super::{
     metrics::{DEFS, ExecSeries, Kind, M, SERIES_PER_EXEC, histogram_values, latency_bounds_s},
     spans::{Spans, span_of},
 };
-use crate::report::ExecReport;
-
-/// OTLP flags; each overrides its standard environment variable.
-#[derive(Debug, Clone, Default, Args)]
-pub struct OtlpFlags {
-    /// OTLP endpoint (base URL, e.g. http://collector:4317 for gRPC, http://collector:4318
-    /// for HTTP) [env: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT].
-    /// Metrics are pushed only when an endpoint is set.
-    #[arg(long, value_name = "URL")]
-    pub otlp_endpoint: Option<String>,
-    /// grpc or http/protobuf [env: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
-    /// OTEL_EXPORTER_OTLP_PROTOCOL; default http/protobuf].
-    #[arg(long, value_name = "PROTOCOL")]
-    pub otlp_protocol: Option<String>,
-    /// Headers sent with each export, as key=value,key2=value2 [env:
-    /// OTEL_EXPORTER_OTLP_METRICS_HEADERS, OTEL_EXPORTER_OTLP_HEADERS].
-    #[arg(long, value_name = "HEADERS")]
-    pub otlp_headers: Option<String>,
-    /// Timeout of one export [env: OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
-    /// OTEL_EXPORTER_OTLP_TIMEOUT in ms; default 10s].
-    #[arg(long, value_name = "DURATION", value_parser = crate::commands::parse_duration)]
-    pub otlp_timeout: Option<Duration>,
-    /// Interval between exports [env: OTEL_METRIC_EXPORT_INTERVAL in ms; default 60s].
-    #[arg(long, value_name = "DURATION", value_parser = crate::commands::parse_duration)]
-    pub export_interval: Option<Duration>,
-    /// cumulative or delta [env: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE; default
-    /// cumulative]. The disk latency histogram is always a delta: each exec's is sent once,
-    /// when it ends.
-    #[arg(long, value_name = "TEMPORALITY")]
-    pub otlp_temporality: Option<String>,
-    /// PEM file of the CA certificate(s) an https endpoint's certificate may chain to,
-    /// besides the public roots [env: OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE,
-    /// OTEL_EXPORTER_OTLP_CERTIFICATE].
-    #[arg(long, value_name = "FILE")]
-    pub otlp_certificate: Option<PathBuf>,
-    /// PEM file of the client certificate for mutual TLS [env:
-    /// OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE, OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE].
-    #[arg(long, value_name = "FILE")]
-    pub otlp_client_certificate: Option<PathBuf>,
-    /// PEM file of the client's private key for mutual TLS [env:
-    /// OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY, OTEL_EXPORTER_OTLP_CLIENT_KEY].
-    #[arg(long, value_name = "FILE")]
-    pub otlp_client_key: Option<PathBuf>,
-    /// Also send one OTLP span per exec, a child of the trace context in its first program's
-    /// environment (TRACEPARENT), to the traces endpoint [env:
-    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else the base endpoint with /v1/traces]; batches
-    /// go every OTEL_BSP_SCHEDULE_DELAY ms (default 5000).
-    #[arg(long)]
-    pub otlp_spans: bool,
-}
+use crate::record::ExecReport;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -120,70 +69,7 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
-    fn resolve(f: &OtlpFlags) -> Result<Self> {
-        let file = |flag: &Option<PathBuf>, flag_name: &str, vars: &[&str]| {
-            let (name, path) = match flag {
-                Some(p) => (flag_name.to_owned(), p.clone()),
-                None => match var(vars) {
-                    Some((n, v)) => (n, PathBuf::from(v)),
-                    None => return Ok(None),
-                },
-            };
-            fs::read(&path)
-                .map(|pem| Some((name.clone(), pem)))
-                .map_err(|e| anyhow!("{name}: cannot read {}: {e}", path.display()))
-        };
-        let ca = file(
-            &f.otlp_certificate,
-            "--otlp-certificate",
-            &[
-                "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
-                "OTEL_EXPORTER_OTLP_CERTIFICATE",
-            ],
-        )?;
-        let cert = file(
-            &f.otlp_client_certificate,
-            "--otlp-client-certificate",
-            &[
-                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
-                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-            ],
-        )?;
-        let key = file(
-            &f.otlp_client_key,
-            "--otlp-client-key",
-            &[
-                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
-                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-            ],
-        )?;
-        if let Some((name, pem)) = &ca {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| anyhow!("{name}: not a PEM certificate file ({e})"))?;
-            if certs.is_empty() {
-                bail!("{name}: no PEM certificate in the file");
-            }
-        }
-        let identity = match (cert, key) {
-            (None, None) => None,
-            (Some((cn, cert)), Some((_, key))) => {
-                reqwest_identity(&cert, &key).map_err(|e| {
-                    anyhow!("{cn} and its key: not a PEM certificate and private key ({e})")
-                })?;
-                Some((cert, key))
-            }
-            (Some((n, _)), None) | (None, Some((n, _))) => bail!(
-                "{n} is set without its pair: mutual TLS needs both a client certificate and \
-                 its key"
-            ),
-        };
-        Ok(Self {
-            ca: ca.map(|(_, pem)| pem),
-            identity,
-        })
-    }
-
-    fn is_set(&self) -> bool {
+    pub fn is_set(&self) -> bool {
         self.ca.is_some() || self.identity.is_some()
     }
 
@@ -225,7 +111,7 @@ impl TlsFiles {
 }
 
 /// reqwest takes the certificate chain and the key in one PEM.
-fn reqwest_identity(cert: &[u8], key: &[u8]) -> reqwest::Result<reqwest::Identity> {
+pub fn reqwest_identity(cert: &[u8], key: &[u8]) -> reqwest::Result<reqwest::Identity> {
     reqwest::Identity::from_pem(&[cert, b"\n", key].concat())
 }
 
@@ -275,229 +161,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-fn var(names: &[&str]) -> Option<(String, String)> {
-    names.iter().find_map(|n| {
-        env::var(n)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| (n.to_string(), v.trim().to_owned()))
-    })
-}
-
-fn millis(name: &str, v: &str) -> Result<Duration> {
-    v.parse::<u64>()
-        .map(Duration::from_millis)
-        .map_err(|_| anyhow!("{name}={v:?} is not a number of milliseconds"))
-}
-
-/// Parse `key=value,key2=value2` (values percent-decoded, as the OTLP spec says).
-pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = part
-            .split_once('=')
-            .ok_or_else(|| format!("header {part:?} has no '=' (use key=value,key2=value2)"))?;
-        let k = k.trim();
-        let v = percent_decode(v.trim()).ok_or_else(|| format!("header {k:?}: bad %-escape"))?;
-        if k.is_empty()
-            || !k
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$&'*+^`|~".contains(&b))
-        {
-            return Err(format!("header name {k:?} is not a valid HTTP header name"));
-        }
-        if v.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
-            return Err(format!("header {k:?} has a control character in its value"));
-        }
-        out.push((k.to_ascii_lowercase(), v));
-    }
-    Ok(out)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Check an endpoint URL: http or https, a host, an optional port.
-fn check_endpoint(what: &str, url: &str) -> Result<()> {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| anyhow!("{what} {url:?} must start with http:// or https://"))?;
-    let authority = rest.split('/').next().unwrap_or("");
-    let host = match authority.rsplit_once(':') {
-        Some((h, port)) if !h.ends_with(']') || authority.starts_with('[') => {
-            if !port.is_empty() && port.parse::<u16>().is_err() && !h.starts_with('[') {
-                bail!("{what} {url:?} has a bad port {port:?}");
-            }
-            h
-        }
-        _ => authority,
-    };
-    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '@') {
-        bail!("{what} {url:?} has no valid host");
-    }
-    Ok(())
-}
-
 impl OtlpConfig {
-    /// From the flags and the standard environment. None when no endpoint is set anywhere
-    /// (or OTEL_METRICS_EXPORTER=none).
-    pub fn resolve(f: &OtlpFlags) -> Result<Option<Self>> {
-        if f.otlp_endpoint.is_none()
-            && var(&["OTEL_METRICS_EXPORTER"]).is_some_and(|(_, v)| v == "none")
-        {
-            return Ok(None);
-        }
-        let protocol = match f
-            .otlp_protocol
-            .clone()
-            .map(|v| ("--otlp-protocol".to_owned(), v))
-            .or_else(|| {
-                var(&[
-                    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-                    "OTEL_EXPORTER_OTLP_PROTOCOL",
-                ])
-            }) {
-            None => Protocol::HttpProtobuf,
-            Some((_, v)) if v == "grpc" => Protocol::Grpc,
-            Some((_, v)) if v == "http/protobuf" => Protocol::HttpProtobuf,
-            Some((name, v)) if v == "http/json" => {
-                bail!("{name}={v}: OTLP over HTTP/JSON is not supported; use grpc or http/protobuf")
-            }
-            Some((name, v)) => {
-                bail!("{name}={v:?}: unknown OTLP protocol; use grpc or http/protobuf")
-            }
-        };
-        // Base endpoints get the signal path on HTTP; the metrics-specific one is used as is.
-        let path = |base: &str| match protocol {
-            Protocol::Grpc => base.to_owned(),
-            Protocol::HttpProtobuf => format!("{}/v1/metrics", base.trim_end_matches('/')),
-        };
-        let endpoint = if let Some(e) = &f.otlp_endpoint {
-            check_endpoint("--otlp-endpoint", e)?;
-            path(e)
-        } else if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]) {
-            check_endpoint(&n, &e)?;
-            e
-        } else if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_ENDPOINT"]) {
-            check_endpoint(&n, &e)?;
-            path(&e)
-        } else if f.otlp_spans {
-            bail!(
-                "--otlp-spans needs an OTLP endpoint: pass --otlp-endpoint or set \
-                 OTEL_EXPORTER_OTLP_ENDPOINT"
-            );
-        } else {
-            return Ok(None);
-        };
-        let traces_path = |base: &str| match protocol {
-            Protocol::Grpc => base.to_owned(),
-            Protocol::HttpProtobuf => format!("{}/v1/traces", base.trim_end_matches('/')),
-        };
-        let spans_endpoint = match (f.otlp_spans, &f.otlp_endpoint) {
-            (false, _) => None,
-            (true, Some(e)) => Some(traces_path(e)),
-            (true, None) => Some(
-                if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) {
-                    check_endpoint(&n, &e)?;
-                    e
-                } else if let Some((_, e)) = var(&["OTEL_EXPORTER_OTLP_ENDPOINT"]) {
-                    traces_path(&e)
-                } else {
-                    bail!(
-                        "--otlp-spans needs a traces endpoint: set \
-                         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, or \
-                         pass --otlp-endpoint"
-                    );
-                },
-            ),
-        };
-        let spans_delay = match var(&["OTEL_BSP_SCHEDULE_DELAY"]) {
-            Some((n, v)) => millis(&n, &v)?,
-            None => Duration::from_secs(5),
-        };
-        let headers = match f
-            .otlp_headers
-            .clone()
-            .map(|v| ("--otlp-headers".to_owned(), v))
-            .or_else(|| {
-                var(&[
-                    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-                    "OTEL_EXPORTER_OTLP_HEADERS",
-                ])
-            }) {
-            Some((name, v)) => parse_headers(&v).map_err(|e| anyhow!("{name}: {e}"))?,
-            None => Vec::new(),
-        };
-        let timeout = match f.otlp_timeout {
-            Some(t) => t,
-            None => match var(&[
-                "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
-                "OTEL_EXPORTER_OTLP_TIMEOUT",
-            ]) {
-                Some((n, v)) => millis(&n, &v)?,
-                None => Duration::from_secs(10),
-            },
-        };
-        let interval = match f.export_interval {
-            Some(t) => t,
-            None => match var(&["OTEL_METRIC_EXPORT_INTERVAL"]) {
-                Some((n, v)) => millis(&n, &v)?,
-                None => Duration::from_secs(60),
-            },
-        };
-        if interval.is_zero() {
-            bail!("the export interval must be above zero");
-        }
-        let delta = match f
-            .otlp_temporality
-            .clone()
-            .map(|v| ("--otlp-temporality".to_owned(), v))
-            .or_else(|| var(&["OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"]))
-        {
-            None => false,
-            Some((_, v))
-                if v.eq_ignore_ascii_case("cumulative") || v.eq_ignore_ascii_case("lowmemory") =>
-            {
-                false
-            }
-            Some((_, v)) if v.eq_ignore_ascii_case("delta") => true,
-            Some((n, v)) => bail!("{n}={v:?}: unknown temporality; use cumulative or delta"),
-        };
-        let tls = TlsFiles::resolve(f)?;
-        if tls.is_set() && !endpoint.starts_with("https://") {
-            eprintln!(
-                "profiler: note: the OTLP certificate settings are not used: the endpoint \
-                 {endpoint} is not https://"
-            );
-        }
-        Ok(Some(Self {
-            protocol,
-            endpoint,
-            headers,
-            timeout,
-            interval,
-            delta,
-            tls,
-            spans_endpoint,
-            spans_delay,
-        }))
-    }
-
     /// gRPC settings of an exporter builder: endpoint, timeout, headers, TLS.
     fn tonic<B: WithExportConfig + WithTonicConfig>(&self, b: B, endpoint: &str) -> Result<B> {
         let mut hm = http::HeaderMap::new();
@@ -623,8 +287,10 @@ fn resource() -> Resource {
             ),
         ])
         .with_detector(Box::new(EnvResourceDetector::new()));
-    if let Some((_, name)) = var(&["OTEL_SERVICE_NAME"]) {
-        b = b.with_service_name(name);
+    if let Ok(name) = env::var("OTEL_SERVICE_NAME")
+        && !name.trim().is_empty()
+    {
+        b = b.with_service_name(name.trim().to_owned());
     }
     b.build()
 }

@@ -22,7 +22,7 @@ use opentelemetry_sdk::trace::{
 };
 
 use super::otlp::{Cause, cause_of};
-use crate::report::ExecReport;
+use crate::record::ExecReport;
 
 /// Most spans kept waiting for a collector that does not answer.
 const MAX_PENDING: usize = 10_000;
@@ -80,7 +80,7 @@ pub(crate) fn span_of(r: &ExecReport, attrs: &[(String, String)]) -> SpanData {
     let c = &r.cpu;
     let d = &r.disk;
     kv.extend([
-        KeyValue::new("profiler.exec.state", r.state),
+        KeyValue::new("profiler.exec.state", r.state.as_str()),
         KeyValue::new("profiler.exec.cpu.time", secs(c.on_cpu_ns)),
         KeyValue::new("profiler.exec.cpu.user_time", secs(c.user_ns)),
         KeyValue::new("profiler.exec.cpu.system_time", secs(c.system_ns)),
@@ -256,7 +256,7 @@ mod tests {
     fn a_span_is_a_child_of_the_execs_trace_context() {
         let r = ExecReport {
             exec: "step-1".into(),
-            state: "ended",
+            state: crate::record::ExecState::Ended,
             start_unix_ns: 1_700_000_000_000_000_000,
             end_unix_ns: 1_700_000_002_000_000_000,
             command: Some("make -j2".into()),

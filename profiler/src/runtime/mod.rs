@@ -25,20 +25,17 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use crate::cgroup::Hierarchy;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// A container runtime the profiler can follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeKind {
-    /// Containers of dockerd.
     Docker,
-    /// The RUN steps of `docker build` (dockerd's BuildKit).
+    /// dockerd's BuildKit: the RUN steps of `docker build`.
     Buildkit,
-    /// Containers of podman.
     Podman,
-    /// Containers of containerd (ctr, nerdctl).
     Containerd,
 }
 
@@ -53,20 +50,15 @@ impl RuntimeKind {
     }
 }
 
-#[derive(Debug, Clone, Default, Args)]
-pub struct RuntimeArgs {
-    /// Watch the execs of this container runtime: its cgroup parent is found (and `--cgroup`
-    /// may still override it), and each exec is named from the runtime's metadata.
-    #[arg(long, value_enum, value_name = "NAME")]
+/// Which runtime to follow, and where it is (defaults: its standard places).
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeSettings {
+    /// None: name the execs from whichever runtimes are present.
     pub runtime: Option<RuntimeKind>,
-    /// The runtime's API socket (docker: default $DOCKER_HOST or /var/run/docker.sock;
-    /// containerd: $CONTAINERD_ADDRESS or /run/containerd/containerd.sock).
-    #[arg(long, value_name = "SOCKET", requires = "runtime")]
-    pub runtime_endpoint: Option<PathBuf>,
-    /// The runtime's state directory (podman: its storage graphroot, default from
-    /// storage.conf; containerd: its state directory, default /run/containerd).
-    #[arg(long, value_name = "DIR", requires = "runtime")]
-    pub runtime_root: Option<PathBuf>,
+    /// Its API socket.
+    pub endpoint: Option<PathBuf>,
+    /// Its state or storage directory.
+    pub root: Option<PathBuf>,
 }
 
 /// What a runtime said about one exec.
@@ -325,7 +317,7 @@ impl Resolver {
     /// Connect to the runtime named in `args` (checking that it runs), or find the runtimes
     /// present here when none is named. The work runs on the resolver's thread, so that a
     /// blocking HTTP client never runs on the event loop.
-    pub fn start(args: &RuntimeArgs, h: &Hierarchy) -> Result<(Self, Option<Connected>)> {
+    pub fn start(args: &RuntimeSettings, h: &Hierarchy) -> Result<(Self, Option<Connected>)> {
         let (req_tx, req_rx) = mpsc::channel::<(u64, String)>();
         let (ans_tx, ans_rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -385,7 +377,11 @@ impl Resolver {
 const API_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Connect to the named runtime: check it is there and running, find its cgroup parent.
-fn connect(kind: RuntimeKind, args: &RuntimeArgs, mount: &Path) -> Result<(Sources, Connected)> {
+fn connect(
+    kind: RuntimeKind,
+    args: &RuntimeSettings,
+    mount: &Path,
+) -> Result<(Sources, Connected)> {
     let systemd_host = Path::new("/run/systemd/system").is_dir();
     let (list, parent, systemd, describe) = match kind {
         RuntimeKind::Docker | RuntimeKind::Buildkit => {
@@ -410,7 +406,7 @@ fn connect(kind: RuntimeKind, args: &RuntimeArgs, mount: &Path) -> Result<(Sourc
             )
         }
         RuntimeKind::Podman => {
-            let storage = podman::Storage::find(args.runtime_root.as_deref())?;
+            let storage = podman::Storage::find(args.root.as_deref())?;
             let systemd = podman::cgroup_manager_is_systemd(systemd_host);
             let parent = default_parent(kind, systemd).unwrap_or_default().to_owned();
             let describe = format!(
@@ -422,7 +418,7 @@ fn connect(kind: RuntimeKind, args: &RuntimeArgs, mount: &Path) -> Result<(Sourc
         }
         RuntimeKind::Containerd => {
             let socket = args
-                .runtime_endpoint
+                .endpoint
                 .clone()
                 .or_else(|| env::var_os("CONTAINERD_ADDRESS").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("/run/containerd/containerd.sock"));
@@ -432,7 +428,7 @@ fn connect(kind: RuntimeKind, args: &RuntimeArgs, mount: &Path) -> Result<(Sourc
                 "start containerd, or pass --runtime-endpoint",
             )?;
             let state = args
-                .runtime_root
+                .root
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("/run/containerd"));
             if let Err(e) = std::fs::read_dir(&state) {
@@ -487,8 +483,8 @@ fn default_parent(kind: RuntimeKind, systemd: bool) -> Option<&'static str> {
 }
 
 /// dockerd's socket: --runtime-endpoint, $DOCKER_HOST (unix:// only), /var/run/docker.sock.
-fn docker_socket(args: &RuntimeArgs) -> Result<PathBuf> {
-    let socket = match (&args.runtime_endpoint, env::var("DOCKER_HOST")) {
+fn docker_socket(args: &RuntimeSettings) -> Result<PathBuf> {
+    let socket = match (&args.endpoint, env::var("DOCKER_HOST")) {
         (Some(p), _) => p.clone(),
         (None, Ok(h)) if !h.is_empty() => match h.strip_prefix("unix://") {
             Some(p) => PathBuf::from(p),
@@ -532,7 +528,7 @@ fn check_socket(runtime: &str, socket: &Path, fix: &str) -> Result<()> {
 /// when one is missing).
 fn detect() -> Sources {
     let mut list = Vec::new();
-    if let Ok(socket) = docker_socket(&RuntimeArgs::default())
+    if let Ok(socket) = docker_socket(&RuntimeSettings::default())
         && let Ok(api) = docker::Api::new(&socket, API_TIMEOUT)
         && let Ok(info) = api.info()
     {

@@ -1,0 +1,151 @@
+//! `profiler attach`: watch a cgroup subtree (or a container runtime's) until interrupted.
+
+use std::{io::Write as _, path::PathBuf, time::Duration};
+
+use anyhow::{Context as _, Result, bail};
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    time::{MissedTickBehavior, interval},
+};
+
+use super::{
+    AttachArgs, Output, emit, enable_bpf_stats, options, print_costs, start_exporters, watch,
+};
+use crate::{
+    cgroup::{self, Hierarchy},
+    ci::CiEnv,
+    monitor::Monitor,
+    render::live_table,
+    runtime::{Connected, Resolver},
+};
+
+/// The cgroup to watch: --cgroup, else the named runtime's cgroup parent (made when the
+/// runtime has not made it yet: it does at its first container).
+fn attach_dir(h: &Hierarchy, args: &AttachArgs, connected: Option<&Connected>) -> Result<PathBuf> {
+    if let Some(c) = connected {
+        eprintln!("profiler: runtime {}", c.describe);
+    }
+    match (&args.cgroup, connected) {
+        (Some(p), _) => h.resolve(p),
+        (None, Some(c)) => {
+            if !c.cgroup_parent.exists() {
+                if c.systemd {
+                    bail!(
+                        "the runtime's cgroup parent {} does not exist (is systemd its cgroup \
+                         manager?); pass the parent with --cgroup",
+                        c.cgroup_parent.display()
+                    );
+                }
+                cgroup::create(&c.cgroup_parent)?;
+                eprintln!(
+                    "profiler: created {} (the runtime makes it at its first container)",
+                    c.cgroup_parent.display()
+                );
+            }
+            h.resolve(c.cgroup_parent.to_str().context("non-UTF-8 cgroup path")?)
+        }
+        (None, None) => bail!("--cgroup or --runtime is needed"),
+    }
+}
+
+pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
+    let h = Hierarchy::find()?;
+    crate::host::check_privileges()?;
+    let (resolver, connected) = Resolver::start(&args.runtime.settings(), &h)?;
+    let dir = attach_dir(&h, &args, connected.as_ref())?;
+    let _stats = enable_bpf_stats(args.common.bpf_stats)?;
+    let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let exporters = start_exporters(&args.common)?;
+    let ci_env = CiEnv::new(&args.common.ci_env).map_err(anyhow::Error::msg)?;
+    let mut mon = Monitor::start(
+        options(&args.common, &ci_env, dir.clone(), args.exec_depth),
+        Some(resolver),
+    )?;
+    eprintln!(
+        "profiler: attached to {} (exec depth {}, {} exec(s) present)",
+        dir.display(),
+        args.exec_depth,
+        mon.exec_ids().len()
+    );
+    for n in mon.notices() {
+        eprintln!("profiler: note: {n}");
+    }
+    // SAFETY: the ring buffer's fd belongs to `mon`, which outlives `ring`.
+    let ring = unsafe { watch(mon.events_fd())? };
+    let mut tick = interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut live_tick = interval(args.interval);
+    live_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut sweep_tick = interval(Duration::from_secs(5));
+    sweep_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut sample_tick = interval(args.common.sample_interval.max(Duration::from_millis(10)));
+    sample_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let output = args.common.output;
+    let mut recent: Vec<String> = Vec::new();
+    loop {
+        let ended = tokio::select! {
+            g = ring.readable() => {
+                if let Ok(mut g) = g { g.clear_ready(); }
+                mon.poll()
+            }
+            _ = tick.tick() => mon.poll(),
+            _ = sweep_tick.tick() => {
+                mon.sweep();
+                mon.poll()
+            }
+            _ = sample_tick.tick() => {
+                mon.sample_files();
+                if let Some(x) = &exporters {
+                    match mon.live() {
+                        Ok(rows) => x.live(&rows),
+                        Err(e) => eprintln!("profiler: warning: {e:#}"),
+                    }
+                }
+                Vec::new()
+            }
+            _ = live_tick.tick(), if args.live => {
+                let rows = mon.live()?;
+                match output {
+                    Output::Text => {
+                        let mut s = String::from("\x1b[H\x1b[2J");
+                        s.push_str(&live_table(&rows));
+                        if !recent.is_empty() {
+                            s.push_str("\nrecently ended:\n");
+                            for l in &recent { s.push_str(l); s.push('\n'); }
+                        }
+                        print!("{s}");
+                        let _ = std::io::stdout().flush();
+                    }
+                    Output::Json => emit(&rows, output),
+                }
+                Vec::new()
+            }
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+        };
+        if let Some(x) = &exporters {
+            x.ended(&ended);
+        }
+        if args.live && output == Output::Text {
+            for r in &ended {
+                recent.push(r.line());
+            }
+            let n = recent.len().saturating_sub(10);
+            recent.drain(..n);
+        } else {
+            emit(&ended, output);
+        }
+    }
+    let last = mon.shutdown()?;
+    emit(&last, output);
+    if let Some(x) = exporters {
+        // Running execs' figures so far are their last ones from this profiler.
+        x.ended(&last);
+        x.shutdown();
+    }
+    if args.common.bpf_stats {
+        print_costs(&mon);
+    }
+    Ok(0)
+}

@@ -1,0 +1,193 @@
+//! The command line: clap's structs and parsers, and the commands they run (`attach`, `run`,
+//! `report`). The rest of the profiler sees only the settings made from them.
+
+mod args;
+mod attach;
+mod otlp;
+mod run;
+
+use std::{
+    io::Write as _,
+    os::fd::{AsRawFd, RawFd},
+    path::PathBuf,
+};
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use tokio::io::{Interest, unix::AsyncFd};
+
+pub use self::args::*;
+use crate::{
+    ci::CiEnv,
+    export::{Exporters, metrics::ExecAttributes},
+    monitor::{Monitor, Options},
+    probes::Limits,
+    record::ExecReport,
+    spawn::SpawnError,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "profiler",
+    version,
+    about = "Per-exec resource profiler for cgroup subtrees, with eBPF"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Watch a cgroup subtree: each child cgroup is an exec, reported when it ends.
+    Attach(AttachArgs),
+    /// Run a command in a fresh cgroup and report what it used.
+    Run(RunArgs),
+    /// Picture a build from the JSON lines of `attach --output json`: an HTML page (timeline,
+    /// table) and a summary of where the time went on stdout.
+    Report(ReportArgs),
+}
+
+/// Run the command; returns the process exit code.
+pub async fn run_cli(cli: Cli) -> i32 {
+    let result = match cli.command {
+        Command::Attach(a) => attach::attach(a).await,
+        Command::Run(r) => run::run(r).await,
+        Command::Report(r) => crate::build_report::run(&r.input, &r.html, r.top).map(|()| 0),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let code = e.downcast_ref::<SpawnError>().map(|s| s.code).unwrap_or(1);
+            eprintln!("profiler: error: {}", one_line(&e));
+            code
+        }
+    }
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    // Context chain on one line, most specific last; multi-line verifier logs stay indented.
+    let parts: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+    let mut out = parts[0].clone();
+    for p in &parts[1..] {
+        if !out.contains(p.as_str()) {
+            out.push_str(": ");
+            out.push_str(p);
+        }
+    }
+    out
+}
+
+pub(crate) fn options(
+    common: &CommonArgs,
+    ci_env: &CiEnv,
+    cgroup: PathBuf,
+    exec_depth: u32,
+) -> Options {
+    Options {
+        cgroup,
+        exec_depth,
+        btf: common.btf.clone(),
+        top: common.top,
+        keep_procs: common.top.max(256),
+        grace: common.grace,
+        limits: Limits {
+            max_execs: common.max_execs,
+            max_cgroups: common.max_cgroups,
+            max_baselines: 16384,
+        },
+        ci_env: ci_env.clone(),
+    }
+}
+
+pub(crate) struct Fd(RawFd);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// Watch a descriptor for readability.
+///
+/// SAFETY: the caller keeps `fd` open for as long as the returned AsyncFd lives.
+pub(crate) unsafe fn watch(fd: RawFd) -> Result<AsyncFd<Fd>> {
+    // SAFETY: per the caller's promise.
+    let w = unsafe { AsyncFd::register_with_interest(Fd(fd), Interest::READABLE) };
+    w.map_err(|e| anyhow::anyhow!("cannot poll a descriptor: {e}"))
+}
+
+pub(crate) fn emit(reports: &[ExecReport], output: Output) {
+    let mut out = std::io::stdout().lock();
+    for r in reports {
+        let line = match output {
+            Output::Text => r.line(),
+            Output::Json => r.json(),
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}
+
+/// The configured exporters, checked before anything is attached.
+pub(crate) fn start_exporters(common: &CommonArgs) -> Result<Option<Exporters>> {
+    let otlp = otlp::resolve(&common.otlp)?;
+    let attrs =
+        ExecAttributes::new(common.exec_attributes.as_deref()).map_err(anyhow::Error::msg)?;
+    let x = Exporters::start(otlp, common.prometheus, attrs, common.max_execs as usize)?;
+    for d in x.iter().flat_map(|x| x.describe()) {
+        eprintln!("profiler: {d}");
+    }
+    Ok(x)
+}
+
+pub(crate) fn print_costs(mon: &Monitor) {
+    eprintln!("profiler: eBPF program costs (kernel BPF statistics):");
+    for c in mon.costs() {
+        let mean = (c.run_time.as_nanos() as u64)
+            .checked_div(c.run_count)
+            .unwrap_or(0);
+        eprintln!(
+            "  {:<22} runs {:>10}  total {:>12} ns  mean {:>6} ns",
+            c.name,
+            c.run_count,
+            c.run_time.as_nanos(),
+            mean
+        );
+    }
+}
+
+pub(crate) fn enable_bpf_stats(on: bool) -> Result<Option<std::os::fd::OwnedFd>> {
+    if !on {
+        return Ok(None);
+    }
+    crate::host::check_privileges()?;
+    aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("cannot enable BPF statistics (Linux 5.8 or later): {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_parses() {
+        let c = Cli::try_parse_from(["profiler", "run", "--", "sh", "-c", "exit 3"]).unwrap();
+        match c.command {
+            Command::Run(r) => assert_eq!(r.command, ["sh", "-c", "exit 3"]),
+            _ => panic!(),
+        }
+        let c = Cli::try_parse_from(["profiler", "report", "-", "--html", "o.html"]).unwrap();
+        match c.command {
+            Command::Report(r) => assert_eq!((r.input.as_str(), r.top), ("-", 5)),
+            _ => panic!(),
+        }
+        assert!(Cli::try_parse_from(["profiler", "report"]).is_err());
+        assert!(Cli::try_parse_from(["profiler", "attach"]).is_err());
+        assert!(
+            Cli::try_parse_from(["profiler", "attach", "--cgroup", "x", "--exec-depth", "-1"])
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! Facts of the host the profiler runs on, and the knobs it sets: privileges, delay
+//! accounting, the host's network namespace.
+
+use std::fs;
+
+use anyhow::{Context as _, Result, bail};
+
+/// Refuse early, with the fix, when the process cannot load BPF programs.
+pub fn check_privileges() -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
+    let has = |c: u64| caps & (1 << c) != 0;
+    if has(CAP_SYS_ADMIN) && has(CAP_BPF) && has(CAP_PERFMON) {
+        return Ok(());
+    }
+    bail!(
+        "profiler needs root privileges (CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON) to load its \
+         eBPF programs; run it as root, e.g. with sudo"
+    )
+}
+
+/// Delay accounting gives the IO-wait and memory-stall figures; it is off by default and only
+/// tasks started while it is on have it. Turn it on (it stays on: other profilers may rely on it).
+pub fn enable_delay_accounting() -> Option<String> {
+    const KNOB: &str = "/proc/sys/kernel/task_delayacct";
+    match fs::read_to_string(KNOB) {
+        Ok(v) if v.trim() == "1" => None,
+        Ok(_) => match fs::write(KNOB, "1") {
+            Ok(()) => {
+                eprintln!(
+                    "profiler: enabled kernel.task_delayacct for IO-wait figures \
+                     (tasks started earlier have none)"
+                );
+                None
+            }
+            Err(e) => Some(format!(
+                "cannot enable kernel.task_delayacct ({e}): no IO-wait figures"
+            )),
+        },
+        Err(_) => Some(
+            "kernel has no delay accounting (CONFIG_TASK_DELAY_ACCT): no IO-wait figures".into(),
+        ),
+    }
+}
+
+/// Inode number of the profiler's own network namespace: the host's, as it runs there.
+pub fn own_netns_inum() -> Result<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = fs::metadata("/proc/self/ns/net").context("cannot read /proc/self/ns/net")?;
+    Ok(m.ino() as u32)
+}

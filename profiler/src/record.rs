@@ -1,0 +1,406 @@
+//! The per-exec record: pure data, made in one place ([`ExecReport::build`]) from an exec
+//! and its inputs. How it is shown (a line, the detailed report, the live table, JSON) is in
+//! [`crate::render`].
+
+use std::collections::HashMap;
+
+use profiler_common::*;
+use serde::Serialize;
+
+use crate::{
+    cgroup_files::CgroupReport,
+    ci::CiContext,
+    clock::monotonic_to_unix_ns,
+    execs::{Exec, Live, Proc, top_processes},
+    network::NetReport,
+    runtime::{ContainerInfo, Lookup},
+};
+
+/// Whether an exec's figures are final.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecState {
+    /// The exec ended: its figures are final.
+    Ended,
+    /// It still runs: its figures so far.
+    #[default]
+    Running,
+}
+
+impl ExecState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ended => "ended",
+            Self::Running => "running",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ExecReport {
+    /// Path of the exec's cgroup relative to the attached cgroup ("." for the cgroup itself).
+    pub exec: String,
+    pub cgroup_id: u64,
+    /// What the container runtime says about the exec (id, name, image, command), when its
+    /// cgroup is a container's or a BuildKit step's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerInfo>,
+    /// argv of the first program the exec ran (its first execve), when one was seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The CI step and trace the exec belongs to, from its first program's environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ci: Option<CiContext>,
+    pub state: ExecState,
+    /// Already running when the profiler attached (figures count from then).
+    pub partial: bool,
+    pub wall_ns: u64,
+    /// The exec's start (cgroup creation, or attach) and end (cgroup removal; for a running
+    /// exec the time of the record), in ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
+    /// Tasks still running (0 once ended).
+    pub live_tasks: u64,
+    pub cpu: CpuReport,
+    pub disk: DiskReport,
+    pub io: IoReport,
+    pub tasks: TasksReport,
+    pub processes: Vec<ProcReport>,
+    /// Processes not listed (folded away to bound memory), and their summed figures.
+    pub other_processes: OtherReport,
+    /// The kernel's own accounting from the exec's cgroup files, each figure with its source.
+    pub cgroup: Option<CgroupReport>,
+    /// Traffic of the exec's sockets and of its own network namespace's interfaces.
+    pub network: Option<NetReport>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct CpuReport {
+    pub on_cpu_ns: u64,
+    /// on_cpu_ns split into user and system time by the tasks' tick-sampled utime:stime ratio.
+    pub user_ns: u64,
+    pub system_ns: u64,
+    pub runq_delay_ns: u64,
+    pub runq_waits: u64,
+    pub iowait_ns: u64,
+    pub iowait_waits: u64,
+    pub swapin_ns: u64,
+    pub reclaim_ns: u64,
+    pub thrashing_ns: u64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+    /// Sum over the exec's tasks of their lifetimes in the exec (fork or move-in to exit, or
+    /// to now): on-CPU, run-queue and IO-wait are disjoint parts of it.
+    pub task_time_ns: u64,
+}
+
+impl From<&TaskCounters> for CpuReport {
+    fn from(c: &TaskCounters) -> Self {
+        let (user_ns, system_ns) = split_user_system(c.oncpu_ns, c.utime_ns, c.stime_ns);
+        Self {
+            on_cpu_ns: c.oncpu_ns,
+            user_ns,
+            system_ns,
+            runq_delay_ns: c.runq_ns,
+            runq_waits: c.runq_count,
+            iowait_ns: c.iowait_ns,
+            iowait_waits: c.iowait_count,
+            swapin_ns: c.swapin_ns,
+            reclaim_ns: c.reclaim_ns,
+            thrashing_ns: c.thrashing_ns,
+            voluntary_switches: c.nvcsw,
+            involuntary_switches: c.nivcsw,
+            task_time_ns: c.life_ns,
+        }
+    }
+}
+
+/// Split exact on-CPU time by the ratio of tick-sampled user and system time, as the
+/// kernel's cputime_adjust() does: all of it to one side when the other has no tick.
+fn split_user_system(on_cpu: u64, utime: u64, stime: u64) -> (u64, u64) {
+    if stime == 0 {
+        return (on_cpu, 0);
+    }
+    if utime == 0 {
+        return (0, on_cpu);
+    }
+    let system = (stime as u128 * on_cpu as u128 / (utime as u128 + stime as u128)) as u64;
+    (on_cpu - system, system)
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Histogram {
+    /// Lower bound of each bucket in nanoseconds; the last bucket is open-ended.
+    pub bounds_ns: Vec<u64>,
+    pub counts: Vec<u64>,
+    pub sum_ns: u64,
+}
+
+impl Histogram {
+    fn new(counts: &[u64; LAT_BUCKETS], sum_ns: u64) -> Self {
+        // Trim empty buckets at the top to keep the output short.
+        let last = counts
+            .iter()
+            .rposition(|&c| c > 0)
+            .map(|i| i + 1)
+            .unwrap_or(0);
+        Self {
+            bounds_ns: (0..last).map(lat_bucket_floor_ns).collect(),
+            counts: counts[..last].to_vec(),
+            sum_ns,
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Upper bound of the bucket holding quantile q (0..1), in ns.
+    pub fn quantile_upper_ns(&self, q: f64) -> Option<u64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let want = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Some(lat_bucket_floor_ns(i + 1));
+            }
+        }
+        None
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct DiskReport {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_requests: u64,
+    pub write_requests: u64,
+    pub discard_bytes: u64,
+    pub discard_requests: u64,
+    pub flush_requests: u64,
+    pub read_latency: Histogram,
+    pub write_latency: Histogram,
+}
+
+impl From<&DiskStats> for DiskReport {
+    fn from(d: &DiskStats) -> Self {
+        Self {
+            read_bytes: d.read_bytes,
+            write_bytes: d.write_bytes,
+            read_requests: d.read_reqs,
+            write_requests: d.write_reqs,
+            discard_bytes: d.discard_bytes,
+            discard_requests: d.discard_reqs,
+            flush_requests: d.flush_reqs,
+            read_latency: Histogram::new(&d.read_lat, d.read_lat_sum_ns),
+            write_latency: Histogram::new(&d.write_lat, d.write_lat_sum_ns),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct IoReport {
+    /// Bytes returned by read-type syscalls (page-cache hits included).
+    pub read_bytes: u64,
+    /// Bytes passed to write-type syscalls.
+    pub write_bytes: u64,
+    pub read_calls: u64,
+    pub write_calls: u64,
+    /// Bytes the exec's tasks caused to be read from storage.
+    pub storage_read_bytes: u64,
+    /// Bytes of page cache the exec's tasks dirtied (written to storage now or later).
+    pub dirtied_bytes: u64,
+    pub cancelled_write_bytes: u64,
+}
+
+impl From<&TaskCounters> for IoReport {
+    fn from(c: &TaskCounters) -> Self {
+        Self {
+            read_bytes: c.rchar,
+            write_bytes: c.wchar,
+            read_calls: c.syscr,
+            write_calls: c.syscw,
+            storage_read_bytes: c.storage_read_bytes,
+            dirtied_bytes: c.dirtied_bytes,
+            cancelled_write_bytes: c.cancelled_write_bytes,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct TasksReport {
+    pub processes_started: u64,
+    pub threads_started: u64,
+    pub execve: u64,
+    pub task_exits: u64,
+    pub process_exits: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ProcReport {
+    pub pid: u32,
+    pub comm: String,
+    pub args: String,
+    pub threads: u32,
+    pub ended: bool,
+    pub on_cpu_ns: u64,
+    pub runq_delay_ns: u64,
+    pub iowait_ns: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub storage_read_bytes: u64,
+    pub dirtied_bytes: u64,
+}
+
+impl From<Proc> for ProcReport {
+    fn from(p: Proc) -> Self {
+        let c = &p.counters;
+        Self {
+            pid: p.tgid,
+            threads: p.threads,
+            ended: p.ended,
+            on_cpu_ns: c.oncpu_ns,
+            runq_delay_ns: c.runq_ns,
+            iowait_ns: c.iowait_ns,
+            read_bytes: c.rchar,
+            write_bytes: c.wchar,
+            storage_read_bytes: c.storage_read_bytes,
+            dirtied_bytes: c.dirtied_bytes,
+            comm: p.comm,
+            args: p.args,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct OtherReport {
+    pub processes: u64,
+    pub on_cpu_ns: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+/// Everything one exec's record is made of, besides the exec itself.
+pub struct Inputs<'a> {
+    /// The kernel's totals of the exec (its ended tasks, its requests, its sockets).
+    pub stats: &'a ExecStats,
+    /// Its running tasks' counters, for a record of an exec that still runs.
+    pub live: Option<Live<'a>>,
+    pub now_ns: u64,
+    /// Processes listed (see `--top`).
+    pub top: usize,
+    /// What is degraded or missing, from the profiler's side.
+    pub notes: Vec<String>,
+    pub cgroup: Option<CgroupReport>,
+    pub network: Option<NetReport>,
+}
+
+impl ExecReport {
+    /// The record of an exec: the one place a record is made.
+    pub fn build(exec: &Exec, i: Inputs<'_>) -> Self {
+        let stats = i.stats;
+        let mut notes = i.notes;
+        let mut counters = stats.ended;
+        let empty = HashMap::new();
+        let (live_procs, live_tasks) = match i.live {
+            Some(l) => {
+                counters.add(l.counters);
+                (l.procs, l.tasks)
+            }
+            None => (&empty, 0),
+        };
+        let end_ns = exec.removed_ns.unwrap_or(i.now_ns);
+        let wall_ns = end_ns.saturating_sub(exec.started_ns);
+        if exec.partial {
+            notes
+                .push("already running when the profiler attached: figures count from then".into());
+        }
+        if let Some(Lookup::Missing(why)) = &exec.metadata {
+            notes.push(format!("container metadata unavailable: {why}"));
+        }
+        if stats.tasks_without_delays > 0 {
+            notes.push(format!(
+                "IO-wait and memory stall unknown for {} task(s): delay accounting was off when they \
+                 started, or the kernel's figure was inconsistent (longer than the task's life)",
+                stats.tasks_without_delays
+            ));
+        }
+        notes.extend(exec.notes.iter().cloned());
+        let mut procs = exec.procs.processes(live_procs);
+        let chosen = top_processes(&mut procs, i.top);
+        let other = &exec.procs.other;
+        Self {
+            exec: exec.report_path().to_owned(),
+            cgroup_id: exec.id,
+            container: exec.container().cloned(),
+            command: exec.command.clone(),
+            ci: exec.ci.clone(),
+            state: if exec.removed_ns.is_some() {
+                ExecState::Ended
+            } else {
+                ExecState::Running
+            },
+            partial: exec.partial,
+            wall_ns,
+            start_unix_ns: monotonic_to_unix_ns(exec.started_ns),
+            end_unix_ns: monotonic_to_unix_ns(exec.started_ns + wall_ns),
+            live_tasks,
+            cpu: (&counters).into(),
+            disk: (&stats.disk).into(),
+            io: (&counters).into(),
+            tasks: TasksReport {
+                processes_started: stats.procs_started,
+                threads_started: stats.threads_started,
+                execve: stats.execve,
+                task_exits: stats.task_exits,
+                process_exits: stats.proc_exits,
+            },
+            processes: chosen.into_iter().map(ProcReport::from).collect(),
+            other_processes: OtherReport {
+                processes: exec.procs.other_count,
+                on_cpu_ns: other.oncpu_ns,
+                read_bytes: other.rchar,
+                write_bytes: other.wchar,
+            },
+            cgroup: i.cgroup,
+            network: i.network,
+            notes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_system_split_follows_the_tick_ratio() {
+        assert_eq!(split_user_system(1000, 3, 1), (750, 250));
+        assert_eq!(split_user_system(1000, 0, 0), (1000, 0)); // no tick: user, as the kernel
+        assert_eq!(split_user_system(1000, 0, 5), (0, 1000));
+        assert_eq!(
+            split_user_system(u64::MAX, u64::MAX, u64::MAX).0,
+            u64::MAX - u64::MAX / 2
+        );
+    }
+
+    #[test]
+    fn histogram_quantiles() {
+        let mut counts = [0u64; LAT_BUCKETS];
+        counts[3] = 90;
+        counts[10] = 10;
+        let h = Histogram::new(&counts, 0);
+        assert_eq!(h.counts.len(), 11);
+        assert_eq!(h.quantile_upper_ns(0.5), Some(lat_bucket_floor_ns(4)));
+        assert_eq!(h.quantile_upper_ns(0.99), Some(lat_bucket_floor_ns(11)));
+        assert_eq!(
+            Histogram::new(&[0; LAT_BUCKETS], 0).quantile_upper_ns(0.5),
+            None
+        );
+    }
+}
