@@ -211,7 +211,8 @@ pub struct Traffic {
 
 impl Record {
     /// What ran, as the exported spans name it: the container's name, else its command (the
-    /// runtime's, else the first program's argv), else the exec's cgroup path.
+    /// runtime's, else the first program's argv), else the exec's cgroup path; a blank one is
+    /// passed over here (a label of spaces names nothing).
     pub fn name(&self) -> (&str, NamedBy) {
         fn some(v: &Option<String>) -> Option<&str> {
             v.as_deref().filter(|s| !s.trim().is_empty())
