@@ -40,10 +40,10 @@ fn time(unix_ns: u64) -> SystemTime {
 /// What the span is called: the container's name, else its command, else the exec's path.
 fn span_name(r: &ExecReport) -> String {
     let c = r.container.as_ref();
-    let name = c
-        .and_then(|c| c.name.clone())
-        .or_else(|| c.and_then(|c| c.command.clone()))
-        .or_else(|| r.command.clone())
+    let given = |s: Option<&String>| s.filter(|s| !s.trim().is_empty()).cloned();
+    let name = given(c.and_then(|c| c.name.as_ref()))
+        .or_else(|| given(c.and_then(|c| c.command.as_ref())))
+        .or_else(|| given(r.command.as_ref()))
         .unwrap_or_else(|| r.exec.clone());
     if name.chars().count() > 128 {
         let mut s: String = name.chars().take(127).collect();
