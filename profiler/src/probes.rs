@@ -393,20 +393,34 @@ impl Probes {
         Ok(n)
     }
 
-    /// Remove the in-flight entries of requests (and bios) older than `max_age_ns`: their
+    /// Remove the entries of requests (and bios) in flight for longer than `max_age_ns`: their
     /// completion was never seen (a request merged into another, or one issued whose
-    /// completion the kernel did not deliver: counted as such).
+    /// completion the kernel did not deliver: counted as such). Entries of idle requests
+    /// (exec_id 0) stay with their request pointer, which the block layer reuses; they are
+    /// trimmed, oldest first, only when they fill more than half the map (a block layer that
+    /// reallocated its requests: another scheduler, another queue depth).
     pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) {
-        for map in [&mut self.inflight, &mut self.bio_origin] {
-            let old: Vec<(u64, bool)> = map
-                .iter()
-                .filter_map(|r| r.ok())
-                .filter(|(_, v)| now_ns.saturating_sub(v.start_ns) > max_age_ns)
-                .map(|(k, v)| (k, v.issue_ns != 0))
-                .collect();
-            for (k, issued) in old {
-                if map.remove(&k).is_ok() {
-                    self.completions_expired += issued as u64;
+        // INFLIGHT's size in the eBPF object.
+        let capacity = 16384;
+        for (i, map) in [&mut self.inflight, &mut self.bio_origin].into_iter().enumerate() {
+            let entries: Vec<(u64, Inflight)> = map.iter().filter_map(|r| r.ok()).collect();
+            let mut idle: Vec<(u64, u64)> = Vec::new();
+            for (k, v) in &entries {
+                if i == 0 && v.exec_id == 0 {
+                    idle.push((v.start_ns, *k));
+                } else if now_ns.saturating_sub(v.start_ns) > max_age_ns
+                    && map.remove(k).is_ok()
+                {
+                    self.completions_expired += (v.issue_ns != 0) as u64;
+                }
+            }
+            let keep = capacity as usize / 2;
+            if idle.len() > keep {
+                idle.sort_unstable();
+                for (start, k) in &idle[..idle.len() - keep] {
+                    if now_ns.saturating_sub(*start) > max_age_ns {
+                        let _ = map.remove(k);
+                    }
                 }
             }
         }
