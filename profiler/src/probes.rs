@@ -70,7 +70,6 @@ pub struct Probes {
     ebpf: Ebpf,
     /// block_io_start, or block_getrq on kernels without it.
     block_start: &'static str,
-    btf: aya::Btf,
     pub cgroups: HashMap<MapData, u64, CgroupEntry>,
     pub execs: HashMap<MapData, u64, ExecStats>,
     pub baselines: HashMap<MapData, u32, TaskBaseline>,
@@ -154,7 +153,6 @@ impl Probes {
         let mut probes = Self {
             ebpf,
             block_start,
-            btf,
             cgroups,
             execs,
             baselines,
@@ -179,12 +177,12 @@ impl Probes {
             .chain(TASK_PROGRAMS)
             .chain([&block_start])
         {
-            probes.load_tracepoint(name)?;
+            probes.load_tracepoint(name, &btf)?;
         }
         // The network programs are optional: where one cannot load, its figures are flagged.
         if probes.net.interfaces.is_ok() {
             for name in IFACE_PROGRAMS {
-                if let Err(e) = probes.load_tracepoint(name) {
+                if let Err(e) = probes.load_tracepoint(name, &btf) {
                     probes.net.interfaces = Err(format!("{e:#}"));
                     break;
                 }
@@ -199,7 +197,7 @@ impl Probes {
                 break;
             }
         }
-        let btf = probes.btf.clone();
+        // The parsed kernel BTF (tens of MiB) is dropped here: nothing is loaded later.
         for name in ["task_snapshot", "percpu_discover"] {
             let iter: &mut Iter = probes.program(name)?;
             iter.load("task", &btf).map_err(|e| load_error(name, e))?;
@@ -218,10 +216,9 @@ impl Probes {
         Ok(p.try_into()?)
     }
 
-    fn load_tracepoint(&mut self, name: &str) -> Result<()> {
-        let btf = self.btf.clone();
+    fn load_tracepoint(&mut self, name: &str, btf: &aya::Btf) -> Result<()> {
         let tp: &mut BtfTracePoint = self.program(name)?;
-        tp.load(name, &btf).map_err(|e| load_error(name, e))
+        tp.load(name, btf).map_err(|e| load_error(name, e))
     }
 
     fn attach_all(&mut self, names: &[&str]) -> Result<()> {
