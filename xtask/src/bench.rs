@@ -31,6 +31,7 @@ pub struct Options {
     pub seconds: u32,
     pub live: u32,
     pub churn: u32,
+    pub profiler: Option<PathBuf>,
 }
 
 pub fn bench(o: Options) -> Result<()> {
@@ -46,7 +47,10 @@ pub fn bench(o: Options) -> Result<()> {
         ("bc", "bc"),
     ])?;
     let (rotel, _) = ensure_backends()?;
-    let bin = build(true)?;
+    let bin = match o.profiler {
+        Some(p) => fs::canonicalize(&p).with_context(|| format!("no profiler at {}", p.display()))?,
+        None => build(true)?,
+    };
     let out = root().join("target/bench");
     let _ = fs::remove_dir_all(&out);
     fs::create_dir_all(&out)?;

@@ -62,6 +62,10 @@ enum Task {
         /// Execs created and ended for the resident-memory growth figure.
         #[arg(long, default_value_t = 100_000)]
         churn: u32,
+        /// Measure this profiler binary instead of building the release one (e.g. an older
+        /// build, for a before/after table).
+        #[arg(long, value_name = "PATH")]
+        profiler: Option<PathBuf>,
     },
 }
 
@@ -91,12 +95,14 @@ fn main() -> Result<()> {
             seconds,
             live,
             churn,
+            profiler,
         } => {
             setup()?;
             bench::bench(bench::Options {
                 seconds,
                 live,
                 churn,
+                profiler,
             })
         }
     }
