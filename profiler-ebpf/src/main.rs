@@ -23,8 +23,8 @@ use core::{
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_current_cgroup_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf, generated as helper,
+        bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
+        bpf_probe_read_user_buf, generated as helper,
     },
     macros::{btf_tracepoint, cgroup_skb, map},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -337,7 +337,12 @@ fn clear_delays(c: &mut TaskCounters) {
 /// BTF-typed). Returns (a baseline applied, the task had an IOWAITS entry, it had a baseline
 /// entry).
 #[inline(always)]
-fn fill_record(task: *const u8, exec_id: u64, kind: u32, rec: &mut TaskRecord) -> (bool, bool, bool) {
+fn fill_record(
+    task: *const u8,
+    exec_id: u64,
+    kind: u32,
+    rec: &mut TaskRecord,
+) -> (bool, bool, bool) {
     rec.kind = kind;
     rec.exec_id = exec_id;
     rec.pid = ld::<u32>(task, off!(task_pid));
@@ -766,10 +771,7 @@ fn try_exec(task: *const u8) -> Option<()> {
         (*ev)._pad = 0;
         (*ev).exec_id = entry.exec_id;
         // Straight into the record (the helper zero-fills on failure).
-        helper::bpf_get_current_comm(
-            (*ev).comm.as_mut_ptr() as *mut c_void,
-            COMM_LEN as u32,
-        );
+        helper::bpf_get_current_comm((*ev).comm.as_mut_ptr() as *mut c_void, COMM_LEN as u32);
         (*ev).args_len = 0;
         // The new program's argv, from its stack (set up before this tracepoint fires).
         let mm = ld_ptr(task, off!(task_mm));

@@ -399,15 +399,16 @@ impl Probes {
     pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) {
         // INFLIGHT's size in the eBPF object.
         let capacity = 16384;
-        for (i, map) in [&mut self.inflight, &mut self.bio_origin].into_iter().enumerate() {
+        for (i, map) in [&mut self.inflight, &mut self.bio_origin]
+            .into_iter()
+            .enumerate()
+        {
             let entries: Vec<(u64, Inflight)> = map.iter().filter_map(|r| r.ok()).collect();
             let mut idle: Vec<(u64, u64)> = Vec::new();
             for (k, v) in &entries {
                 if i == 0 && v.exec_id == 0 {
                     idle.push((v.start_ns, *k));
-                } else if now_ns.saturating_sub(v.start_ns) > max_age_ns
-                    && map.remove(k).is_ok()
-                {
+                } else if now_ns.saturating_sub(v.start_ns) > max_age_ns && map.remove(k).is_ok() {
                     self.completions_expired += (v.issue_ns != 0) as u64;
                 }
             }

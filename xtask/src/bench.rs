@@ -25,7 +25,9 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{build, ensure_backends, ensure_debian_packages, interrupt, is_root, root, run, v2_mount};
+use crate::{
+    build, ensure_backends, ensure_debian_packages, interrupt, is_root, root, run, v2_mount,
+};
 
 pub struct Options {
     pub seconds: u32,
@@ -48,7 +50,9 @@ pub fn bench(o: Options) -> Result<()> {
     ])?;
     let (rotel, _) = ensure_backends()?;
     let bin = match o.profiler {
-        Some(p) => fs::canonicalize(&p).with_context(|| format!("no profiler at {}", p.display()))?,
+        Some(p) => {
+            fs::canonicalize(&p).with_context(|| format!("no profiler at {}", p.display()))?
+        }
         None => build(true)?,
     };
     let out = root().join("target/bench");
@@ -119,7 +123,7 @@ fn programs(dir: &Path) -> Result<Vec<(String, u64, u64)>> {
                 .collect()
         })
         .unwrap_or_default();
-    out.sort_by(|a, b| b.2.cmp(&a.2));
+    out.sort_by_key(|p| std::cmp::Reverse(p.2));
     Ok(out)
 }
 
@@ -260,7 +264,9 @@ fn spawn_in(dir: &Path, prog: &str, args: &[&str]) -> Result<Child> {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn rss_live(bin: &Path, base: &Path, rotel: &Path, n: u32) -> Result<String> {
@@ -290,7 +296,11 @@ fn rss_live(bin: &Path, base: &Path, rotel: &Path, n: u32) -> Result<String> {
         let mut sleepers = Vec::new();
         let spawned = (|| -> Result<()> {
             for i in 0..n {
-                sleepers.push(spawn_in(&base.join(format!("live{i}")), "sleep", &["3600"])?);
+                sleepers.push(spawn_in(
+                    &base.join(format!("live{i}")),
+                    "sleep",
+                    &["3600"],
+                )?);
             }
             Ok(())
         })();
