@@ -61,6 +61,8 @@ pub struct KernelOffsets {
     pub rq_cmd_flags: u32,
     pub rq_data_len: u32,
     pub rq_bio: u32,
+    /// request.start_time_ns: when the block layer made the request (0 without I/O stats).
+    pub rq_start_time_ns: u32,
     pub bio_opf: u32,
     pub bio_blkg: u32,
     pub blkg_blkcg: u32,
@@ -112,6 +114,7 @@ impl KernelOffsets {
         rq_cmd_flags: ABSENT,
         rq_data_len: ABSENT,
         rq_bio: ABSENT,
+        rq_start_time_ns: ABSENT,
         bio_opf: ABSENT,
         bio_blkg: ABSENT,
         blkg_blkcg: ABSENT,
@@ -551,12 +554,13 @@ pub struct IoWait {
     pub count: u64,
 }
 
-/// In-flight block request (key: request pointer).
+/// Block request (key: request pointer). The block layer reuses its preallocated requests, so
+/// an entry stays with its pointer: `exec_id` 0 when the request is idle (completed).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Inflight {
     pub exec_id: u64,
-    /// When the entry was made: userspace removes entries whose request never completed in
+    /// When the request was made: userspace removes entries whose request never completed in
     /// view (merged into another request) after a minute.
     pub start_ns: u64,
     pub issue_ns: u64,

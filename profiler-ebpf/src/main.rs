@@ -23,8 +23,8 @@ use core::{
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns,
-        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf, generated as helper,
+        bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
+        bpf_probe_read_user_buf, generated as helper,
     },
     macros::{btf_tracepoint, cgroup_skb, map},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -123,9 +123,12 @@ static HZ: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 static JIFFY_PROBE: Array<u64> = Array::with_max_entries(2, 0);
 
-/// Lifecycle records to userspace.
+/// Lifecycle records to userspace. The reader maps the data twice (a ring wraps around), and
+/// every page counts in its RSS: 1 MiB holds ~4,000 records (a process's fork, execve and end
+/// take ~500 bytes), the reader drains every 100 ms and is woken at a quarter full.
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
+const RING_BYTES: u32 = 1 << 20;
 
 /// Counters of records or entries that could not be stored (see DROP_* in profiler-common).
 #[map]
@@ -181,6 +184,31 @@ fn rd_ptr(base: *const u8, off: u32) -> *const u8 {
     rd::<u64>(base, off) as *const u8
 }
 
+/// Load a scalar field of a BTF-typed kernel pointer (a tracepoint argument, or a pointer
+/// field loaded from one with `ld_ptr`); zero when the field is absent. A plain load, which the
+/// verifier checks against the kernel's BTF and makes fault-safe (a NULL or bad pointer reads
+/// 0): a few instructions instead of a bpf_probe_read_kernel call, which costs tens of ns on
+/// the hot paths. The offset must be a load-time constant (OFFSETS is frozen). Fields whose
+/// BTF type differs from what is read (arrays, type-punned structs) go through `rd`.
+#[inline(always)]
+fn ld<T: Copy + Default>(base: *const u8, off: u32) -> T {
+    if off == ABSENT {
+        return T::default();
+    }
+    // SAFETY: a BTF-typed pointer; the verifier checks the access and handles faults.
+    unsafe { read_volatile(base.wrapping_add(off as usize) as *const T) }
+}
+
+/// A pointer field of a BTF-typed pointer, itself BTF-typed (see `ld`).
+#[inline(always)]
+fn ld_ptr(base: *const u8, off: u32) -> *const u8 {
+    if off == ABSENT {
+        return core::ptr::null();
+    }
+    // SAFETY: as for `ld`.
+    unsafe { read_volatile(base.wrapping_add(off as usize) as *const *const u8) }
+}
+
 #[inline(always)]
 fn add(field: &mut u64, v: u64) {
     // SAFETY: the field lives in a map value shared between CPUs; an atomic add is the only
@@ -188,24 +216,35 @@ fn add(field: &mut u64, v: u64) {
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(field, v) };
 }
 
-/// The cgroup's id (0 when unreadable: no cgroup has id 0).
+/// The cgroup's id (0 when unreadable: no cgroup has id 0). `cgrp` is BTF-typed.
 #[inline(always)]
 fn cgroup_id(cgrp: *const u8) -> u64 {
-    rd::<u64>(rd_ptr(cgrp, off!(cgroup_kn)), off!(kernfs_node_id))
+    ld::<u64>(ld_ptr(cgrp, off!(cgroup_kn)), off!(kernfs_node_id))
 }
 
 /// True for cgroups of the v2 (default) hierarchy, whose hierarchy id is 0; the same
 /// tracepoints fire for v1 hierarchies, whose ids live in another number space.
 #[inline(always)]
 fn on_v2(cgrp: *const u8) -> bool {
-    let root = rd_ptr(cgrp, off!(cgroup_root));
-    !root.is_null() && rd::<i32>(root, off!(cgroup_root_hierarchy_id)) == 0
+    let root = ld_ptr(cgrp, off!(cgroup_root));
+    !root.is_null() && ld::<i32>(root, off!(cgroup_root_hierarchy_id)) == 0
+}
+
+/// The task's cgroup v2 directory (BTF-typed).
+#[inline(always)]
+fn task_dfl_cgroup(task: *const u8) -> *const u8 {
+    ld_ptr(ld_ptr(task, off!(task_cgroups)), off!(css_set_dfl_cgrp))
 }
 
 #[inline(always)]
 fn task_cgroup_id(task: *const u8) -> u64 {
-    let cset = rd_ptr(task, off!(task_cgroups));
-    cgroup_id(rd_ptr(cset, off!(css_set_dfl_cgrp)))
+    cgroup_id(task_dfl_cgroup(task))
+}
+
+/// The parent of a cgroup (BTF-typed).
+#[inline(always)]
+fn cgroup_parent(cgrp: *const u8) -> *const u8 {
+    ld_ptr(ld_ptr(cgrp, off!(cgroup_parent_css)), off!(css_cgroup))
 }
 
 #[inline(always)]
@@ -226,45 +265,35 @@ fn stats_of(exec_id: u64) -> Option<&'static mut ExecStats> {
     }
 }
 
-/// The task's cumulative counters. Returns false when the task has no usable delay accounting.
+/// The task's cumulative counters (`task` BTF-typed). Returns false when the task has no
+/// usable delay accounting. `iowait`: the task's IO-wait total and count (see `iowait_of`).
 #[inline(always)]
-fn read_counters(task: *const u8, c: &mut TaskCounters) -> bool {
-    c.oncpu_ns = rd(task, off!(task_sum_exec_runtime));
-    c.runq_ns = rd(task, off!(task_run_delay));
-    c.runq_count = rd(task, off!(task_pcount));
-    c.nvcsw = rd(task, off!(task_nvcsw));
-    c.nivcsw = rd(task, off!(task_nivcsw));
-    c.utime_ns = rd(task, off!(task_utime));
-    c.stime_ns = rd(task, off!(task_stime));
-    c.rchar = rd(task, off!(task_ioac_rchar));
-    c.wchar = rd(task, off!(task_ioac_wchar));
-    c.syscr = rd(task, off!(task_ioac_syscr));
-    c.syscw = rd(task, off!(task_ioac_syscw));
-    c.storage_read_bytes = rd(task, off!(task_ioac_read_bytes));
-    c.dirtied_bytes = rd(task, off!(task_ioac_write_bytes));
-    c.cancelled_write_bytes = rd(task, off!(task_ioac_cancelled_write_bytes));
-    let start_time = rd::<u64>(task, off!(task_start_time));
-    let pid = rd::<u32>(task, off!(task_pid));
-    // SAFETY: plain data copied out.
-    match unsafe { IOWAITS.get(&pid) } {
-        Some(w) if w.start_time_ns == start_time => {
-            c.iowait_ns = w.total_ns;
-            c.iowait_count = w.count;
-        }
-        _ => {
-            c.iowait_ns = 0;
-            c.iowait_count = 0;
-        }
-    }
-    let delays = rd_ptr(task, off!(task_delays));
-    c.swapin_ns = rd(delays, off!(delays_swapin_delay));
-    c.reclaim_ns = rd(delays, off!(delays_freepages_delay));
-    c.thrashing_ns = rd(delays, off!(delays_thrashing_delay));
+fn read_counters(task: *const u8, c: &mut TaskCounters, iowait: (u64, u64)) -> bool {
+    c.oncpu_ns = ld(task, off!(task_sum_exec_runtime));
+    c.runq_ns = ld(task, off!(task_run_delay));
+    c.runq_count = ld(task, off!(task_pcount));
+    c.nvcsw = ld(task, off!(task_nvcsw));
+    c.nivcsw = ld(task, off!(task_nivcsw));
+    c.utime_ns = ld(task, off!(task_utime));
+    c.stime_ns = ld(task, off!(task_stime));
+    c.rchar = ld(task, off!(task_ioac_rchar));
+    c.wchar = ld(task, off!(task_ioac_wchar));
+    c.syscr = ld(task, off!(task_ioac_syscr));
+    c.syscw = ld(task, off!(task_ioac_syscw));
+    c.storage_read_bytes = ld(task, off!(task_ioac_read_bytes));
+    c.dirtied_bytes = ld(task, off!(task_ioac_write_bytes));
+    c.cancelled_write_bytes = ld(task, off!(task_ioac_cancelled_write_bytes));
+    let start_time = ld::<u64>(task, off!(task_start_time));
+    (c.iowait_ns, c.iowait_count) = iowait;
+    let delays = ld_ptr(task, off!(task_delays));
+    c.swapin_ns = ld(delays, off!(delays_swapin_delay));
+    c.reclaim_ns = ld(delays, off!(delays_freepages_delay));
+    c.thrashing_ns = ld(delays, off!(delays_thrashing_delay));
     // A task cannot have waited longer than it has lived. The kernel can end an IO wait
     // whose start it never recorded (seen on 6.18: blkio_delay jumps by the uptime); such a
     // task's delay figures are unusable.
     // SAFETY: helper without arguments.
-    let life = unsafe { bpf_ktime_get_ns() }.wrapping_sub(rd::<u64>(task, off!(task_start_time)));
+    let life = unsafe { bpf_ktime_get_ns() }.wrapping_sub(start_time);
     c.life_ns = life;
     if delays.is_null()
         || c.iowait_ns > life
@@ -278,6 +307,24 @@ fn read_counters(task: *const u8, c: &mut TaskCounters) -> bool {
     true
 }
 
+/// The task's IO-wait total and count, and whether it has an IOWAITS entry at all (`task`
+/// BTF-typed).
+#[inline(always)]
+fn iowait_of(task: *const u8, pid: u32) -> ((u64, u64), bool) {
+    let start_time = ld::<u64>(task, off!(task_start_time));
+    // SAFETY: plain data read within the program run.
+    match unsafe { IOWAITS.get(&pid) } {
+        Some(w) => {
+            if w.start_time_ns == start_time {
+                ((w.total_ns, w.count), true)
+            } else {
+                ((0, 0), true)
+            }
+        }
+        None => ((0, 0), false),
+    }
+}
+
 #[inline(always)]
 fn clear_delays(c: &mut TaskCounters) {
     c.iowait_ns = 0;
@@ -287,24 +334,31 @@ fn clear_delays(c: &mut TaskCounters) {
     c.thrashing_ns = 0;
 }
 
-/// Fill `rec` with the task's identity and its counters minus any baseline. Returns the
-/// baseline-matching state: Some(true) when a baseline applied.
+/// Fill `rec` with the task's identity and its counters minus any baseline (`task`
+/// BTF-typed). Returns (a baseline applied, the task had an IOWAITS entry, it had a baseline
+/// entry).
 #[inline(always)]
-fn fill_record(task: *const u8, exec_id: u64, kind: u32, rec: &mut TaskRecord) -> bool {
+fn fill_record(
+    task: *const u8,
+    exec_id: u64,
+    kind: u32,
+    rec: &mut TaskRecord,
+) -> (bool, bool, bool) {
     rec.kind = kind;
     rec.exec_id = exec_id;
-    rec.pid = rd::<u32>(task, off!(task_pid));
-    rec.tgid = rd::<u32>(task, off!(task_tgid));
-    rec.start_time_ns = rd(task, off!(task_start_time));
+    rec.pid = ld::<u32>(task, off!(task_pid));
+    rec.tgid = ld::<u32>(task, off!(task_tgid));
+    rec.start_time_ns = ld(task, off!(task_start_time));
     rec.comm = rd(task, off!(task_comm));
     rec.flags = if rec.pid == rec.tgid { TASK_LEADER } else { 0 };
-    let delays_ok = read_counters(task, &mut rec.counters);
+    let (iowait, had_iowait) = iowait_of(task, rec.pid);
+    let delays_ok = read_counters(task, &mut rec.counters, iowait);
     if !delays_ok {
         rec.flags |= TASK_NO_DELAYS;
     }
     // SAFETY: plain data copied out.
     let base = unsafe { BASELINES.get(&rec.pid) }.copied();
-    match base {
+    let partial = match base {
         Some(b) if b.start_time_ns == rec.start_time_ns => {
             rec.counters = rec.counters.since(&b.counters);
             if !delays_ok {
@@ -314,13 +368,14 @@ fn fill_record(task: *const u8, exec_id: u64, kind: u32, rec: &mut TaskRecord) -
             true
         }
         _ => false,
-    }
+    };
+    (partial, had_iowait, base.is_some())
 }
 
 /// Wake the reader only when the buffer is filling up; otherwise it drains on its timer.
 #[inline(always)]
 fn wakeup_flag() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) > (1 << 20) {
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) > (RING_BYTES / 4) as u64 {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64
@@ -350,9 +405,7 @@ fn try_cgroup_mkdir(cgrp: *const u8, path: *const u8) -> Option<()> {
         return None;
     }
     let id = cgroup_id(cgrp);
-    let parent_css = rd_ptr(cgrp, off!(cgroup_parent_css));
-    let parent_id = cgroup_id(rd_ptr(parent_css, off!(css_cgroup)));
-    let parent = entry_of(parent_id)?;
+    let parent = entry_of(cgroup_id(cgroup_parent(cgrp)))?;
     let depth = parent.depth + 1;
     let exec_depth = global(&CONFIG.exec_depth);
     let exec_id = if depth <= exec_depth {
@@ -625,12 +678,12 @@ fn try_attach_task(dst: *const u8, task: *const u8) -> Option<()> {
         return None;
     }
     let dst_entry = entry_of(cgroup_id(dst));
-    let pid = rd::<u32>(task, off!(task_pid));
-    let start = rd::<u64>(task, off!(task_start_time));
+    let pid = ld::<u32>(task, off!(task_pid));
+    let start = ld::<u64>(task, off!(task_start_time));
     let rec = SCRATCH.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch, used only within this program run.
     let rec = unsafe { &mut *rec };
-    read_counters(task, &mut rec.counters);
+    read_counters(task, &mut rec.counters, iowait_of(task, pid).0);
     // SAFETY: plain data copied out.
     if let Some(old) = unsafe { BASELINES.get(&pid) }.copied() {
         if old.start_time_ns == start && Some(old.exec_id) != dst_entry.map(|e| e.exec_id) {
@@ -678,14 +731,14 @@ fn try_fork(parent: *const u8, child: *const u8) -> Option<()> {
     // The child's own cgroup: clone3(CLONE_INTO_CGROUP) may start it outside its parent's.
     let entry = entry_of(task_cgroup_id(child))?;
     let stats = stats_of(entry.exec_id)?;
-    let pid = rd::<u32>(child, off!(task_pid));
-    let tgid = rd::<u32>(child, off!(task_tgid));
+    let pid = ld::<u32>(child, off!(task_pid));
+    let tgid = ld::<u32>(child, off!(task_tgid));
     if pid == tgid {
         add(&mut stats.procs_started, 1);
         let ev = ProcForkEvent {
             kind: EV_PROC_FORK,
             tgid,
-            parent_tgid: rd::<u32>(parent, off!(task_tgid)),
+            parent_tgid: ld::<u32>(parent, off!(task_tgid)),
             _pad: 0,
             exec_id: entry.exec_id,
         };
@@ -723,15 +776,16 @@ fn try_exec(task: *const u8) -> Option<()> {
     // SAFETY: the slot is ours until submitted; every field is written before submit.
     unsafe {
         (*ev).kind = EV_PROC_EXEC;
-        (*ev).tgid = rd::<u32>(task, off!(task_tgid));
+        (*ev).tgid = ld::<u32>(task, off!(task_tgid));
         (*ev)._pad = 0;
         (*ev).exec_id = entry.exec_id;
-        (*ev).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        // Straight into the record (the helper zero-fills on failure).
+        helper::bpf_get_current_comm((*ev).comm.as_mut_ptr() as *mut c_void, COMM_LEN as u32);
         (*ev).args_len = 0;
         // The new program's argv, from its stack (set up before this tracepoint fires).
-        let mm = rd_ptr(task, off!(task_mm));
-        let start = rd::<u64>(mm, off!(mm_arg_start));
-        let end = rd::<u64>(mm, off!(mm_arg_end));
+        let mm = ld_ptr(task, off!(task_mm));
+        let start = ld::<u64>(mm, off!(mm_arg_start));
+        let end = ld::<u64>(mm, off!(mm_arg_end));
         let mut len = end.saturating_sub(start) as usize;
         if len > ARGS_LEN {
             len = ARGS_LEN;
@@ -778,9 +832,14 @@ fn task_end(task: *const u8) -> Option<()> {
     let rec = SCRATCH.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch, used only within this program run.
     let rec = unsafe { &mut *rec };
-    let partial = fill_record(task, entry.exec_id, EV_TASK_END, rec);
-    let _ = BASELINES.remove(&rec.pid);
-    let _ = IOWAITS.remove(&rec.pid);
+    let (partial, had_iowait, had_baseline) = fill_record(task, entry.exec_id, EV_TASK_END, rec);
+    // A delete takes the bucket lock even for a missing key: only when there is an entry.
+    if had_baseline {
+        let _ = BASELINES.remove(&rec.pid);
+    }
+    if had_iowait {
+        let _ = IOWAITS.remove(&rec.pid);
+    }
     let stats = stats_of(entry.exec_id)?;
     let c = rec.counters.as_array();
     let ended = stats.ended.as_array_mut();
@@ -793,13 +852,12 @@ fn task_end(task: *const u8) -> Option<()> {
     if global(&stats.pending) == 0 && stats.removed != 0 {
         // The exec's cgroup went away while this task was still exiting: take its final
         // figures again, now that its last task has been charged.
-        let cset = rd_ptr(task, off!(task_cgroups));
-        let mut cgrp = rd_ptr(cset, off!(css_set_dfl_cgrp));
+        let mut cgrp = task_dfl_cgroup(task);
         for _ in 0..8 {
             if cgroup_id(cgrp) == entry.exec_id {
                 break;
             }
-            cgrp = rd_ptr(rd_ptr(cgrp, off!(cgroup_parent_css)), off!(css_cgroup));
+            cgrp = cgroup_parent(cgrp);
         }
         if cgroup_id(cgrp) == entry.exec_id {
             exec_final(cgrp, entry.exec_id, 0);
@@ -862,8 +920,8 @@ fn iowait_block(task: *const u8) -> Option<()> {
     // The switched-out task is still current.
     // SAFETY: helper without arguments.
     entry_of(unsafe { bpf_get_current_cgroup_id() })?;
-    let tid = rd::<u32>(task, off!(task_pid));
-    let start = rd::<u64>(task, off!(task_start_time));
+    let tid = ld::<u32>(task, off!(task_pid));
+    let start = ld::<u64>(task, off!(task_start_time));
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(w) = IOWAITS.get_ptr_mut(&tid) {
@@ -895,7 +953,7 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
     let task: *const u8 = ctx.arg(0);
     // in_iowait is still set when the task is woken from io_schedule().
     if in_iowait(task) {
-        let tid = rd::<u32>(task, off!(task_pid));
+        let tid = ld::<u32>(task, off!(task_pid));
         if let Some(w) = IOWAITS.get_ptr_mut(&tid) {
             // SAFETY: the entry of the task being woken; only its own events touch it.
             let w = unsafe { &mut *w };
@@ -919,16 +977,16 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
 // 0.03-0.2% of them on the 6.18 host under concurrent direct IO.
 
 /// The exec that caused a bio, and the request class and flush flag of its op flags. Away from
-/// the submitter (`by_task` false) only the bio's blkcg can tell.
+/// the submitter (`by_task` false) only the bio's blkcg can tell. `bio` is BTF-typed.
 #[inline(always)]
 fn bio_origin(bio: *const u8, opf: u32, by_task: bool) -> Option<Inflight> {
     let exec_depth = global(&CONFIG.exec_depth);
     let mut exec_id = 0u64;
     if global(&CONFIG.blkcg_attribution) != 0 {
         // cgroup writeback: the bio carries the blkcg of the cgroup that dirtied the pages.
-        let blkg = rd_ptr(bio, off!(bio_blkg));
-        let blkcg = rd_ptr(blkg, off!(blkg_blkcg));
-        let cgrp = rd_ptr(blkcg, off!(blkcg_css_cgroup));
+        let blkg = ld_ptr(bio, off!(bio_blkg));
+        let blkcg = ld_ptr(blkg, off!(blkg_blkcg));
+        let cgrp = ld_ptr(blkcg, off!(blkcg_css_cgroup));
         if let Some(e) = entry_of(cgroup_id(cgrp)) {
             // A blkcg above exec depth only says the io controller is not delegated further.
             if e.depth >= exec_depth {
@@ -954,27 +1012,41 @@ fn bio_origin(bio: *const u8, opf: u32, by_task: bool) -> Option<Inflight> {
     let preflush = preflush_bit < 32 && opf & (1u32 << (preflush_bit & 31)) != 0;
     Some(Inflight {
         exec_id,
-        // SAFETY: helper without arguments.
-        start_ns: unsafe { bpf_ktime_get_ns() },
+        start_ns: 0,
         issue_ns: 0,
         op,
         preflush: preflush as u32,
     })
 }
 
-/// Start following a request. An entry for the same request pointer that was issued means the
-/// completion of the request that last used it never reached the profiler.
+/// When the request was made, for the expiry of entries whose completion never comes: the
+/// block layer's own stamp when it keeps one (I/O statistics on), else the clock.
+#[inline(always)]
+fn request_time(rq: *const u8) -> u64 {
+    let t = ld::<u64>(rq, off!(rq_start_time_ns));
+    if t != 0 {
+        return t;
+    }
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Start following a request. Requests are preallocated by the block layer and reused, so
+/// each request pointer keeps its INFLIGHT entry (exec_id 0 when idle), rewritten in place:
+/// a lookup, where an insert and a delete per request each took the bucket lock and the
+/// element free list. An entry still in flight and issued means the completion of the request
+/// that last used the pointer never reached the profiler.
 #[inline(always)]
 fn track_request(rq: *const u8, v: &Inflight) {
     let key = rq as u64;
-    if INFLIGHT.insert(&key, v, BPF_NOEXIST as u64).is_ok() {
-        return;
-    }
-    // SAFETY: plain data copied out.
-    if let Some(old) = unsafe { INFLIGHT.get(&key) } {
-        if old.issue_ns != 0 {
+    if let Some(p) = INFLIGHT.get_ptr_mut(&key) {
+        // SAFETY: this request's entry: only its own events (which do not overlap) write it.
+        let e = unsafe { &mut *p };
+        if e.exec_id != 0 && e.issue_ns != 0 {
             drop_count(DROP_COMPLETION_UNSEEN);
         }
+        *e = *v;
+        return;
     }
     if INFLIGHT.insert(&key, v, 0).is_err() {
         drop_count(DROP_INFLIGHT_FULL);
@@ -986,7 +1058,7 @@ fn track_request(rq: *const u8, v: &Inflight) {
 /// of requests on the preemptible 7.3 kernel).
 #[inline(always)]
 fn unseen_request(rq: *const u8) -> Option<Inflight> {
-    let bio = rd_ptr(rq, off!(rq_bio));
+    let bio = ld_ptr(rq, off!(rq_bio));
     if global(&CONFIG.block_getrq_fallback) != 0 {
         // SAFETY: plain data copied out.
         if let Some(v) = unsafe { BIO_ORIGIN.get(&(bio as u64)) }.copied() {
@@ -994,7 +1066,9 @@ fn unseen_request(rq: *const u8) -> Option<Inflight> {
             return Some(v);
         }
     }
-    bio_origin(bio, rd::<u32>(rq, off!(rq_cmd_flags)), false)
+    let mut v = bio_origin(bio, ld::<u32>(rq, off!(rq_cmd_flags)), false)?;
+    v.start_ns = request_time(rq);
+    Some(v)
 }
 
 /// Count a request once: its bytes and class, into its exec's totals.
@@ -1030,8 +1104,9 @@ fn count_request(inf: &Inflight, bytes: u32) {
 #[btf_tracepoint(function = "block_io_start")]
 pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
     let rq: *const u8 = ctx.arg(0);
-    let bio = rd_ptr(rq, off!(rq_bio));
-    if let Some(v) = bio_origin(bio, rd::<u32>(rq, off!(rq_cmd_flags)), true) {
+    let bio = ld_ptr(rq, off!(rq_bio));
+    if let Some(mut v) = bio_origin(bio, ld::<u32>(rq, off!(rq_cmd_flags)), true) {
+        v.start_ns = request_time(rq);
         track_request(rq, &v);
     }
     0
@@ -1042,7 +1117,9 @@ pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "block_getrq")]
 pub fn block_getrq(ctx: BtfTracePointContext) -> i32 {
     let bio: *const u8 = ctx.arg(0);
-    if let Some(v) = bio_origin(bio, rd::<u32>(bio, off!(bio_opf)), true) {
+    if let Some(mut v) = bio_origin(bio, ld::<u32>(bio, off!(bio_opf)), true) {
+        // SAFETY: helper without arguments.
+        v.start_ns = unsafe { bpf_ktime_get_ns() };
         if BIO_ORIGIN.insert(&(bio as u64), &v, 0).is_err() {
             drop_count(DROP_INFLIGHT_FULL);
         }
@@ -1058,14 +1135,18 @@ pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     if let Some(p) = INFLIGHT.get_ptr_mut(&(rq as u64)) {
         // SAFETY: map value of this request; only this request's events touch it.
         let v = unsafe { &mut *p };
-        if v.issue_ns == 0 {
-            // First issue: the request's size is final (no merge after dispatch).
-            count_request(v, rd::<u32>(rq, off!(rq_data_len)));
+        if v.exec_id != 0 {
+            if v.issue_ns == 0 {
+                // First issue: the request's size is final (no merge after dispatch).
+                count_request(v, ld::<u32>(rq, off!(rq_data_len)));
+            }
+            // Latency is measured from the last issue (a requeued request is issued again).
+            v.issue_ns = now;
+            return 0;
         }
-        // Latency is measured from the last issue (a requeued request is issued again).
-        v.issue_ns = now;
-    } else if let Some(mut v) = unseen_request(rq) {
-        count_request(&v, rd::<u32>(rq, off!(rq_data_len)));
+    }
+    if let Some(mut v) = unseen_request(rq) {
+        count_request(&v, ld::<u32>(rq, off!(rq_data_len)));
         v.issue_ns = now;
         track_request(rq, &v);
     }
@@ -1083,19 +1164,29 @@ pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 fn try_rq_complete(rq: *const u8, error: bool, nr_bytes: u32) -> Option<()> {
-    let key = rq as u64;
-    // Without an entry: a request never issued (a cache flush that the flush machinery carried
-    // out, known by its bio before 6.5), or one whose start and issue no program saw.
-    // SAFETY: plain data copied out.
-    let inf = match unsafe { INFLIGHT.get(&key) }.copied() {
-        Some(v) => v,
-        None => unseen_request(rq)?,
-    };
     // A request may complete in parts; it is done when this part covers what is left.
-    let done = nr_bytes >= rd::<u32>(rq, off!(rq_data_len));
-    if done {
-        let _ = INFLIGHT.remove(&key);
-    }
+    let done = nr_bytes >= ld::<u32>(rq, off!(rq_data_len));
+    let entry = INFLIGHT.get_ptr_mut(&(rq as u64));
+    // SAFETY: plain data copied out.
+    let inf = match entry.map(|p| unsafe { *p }) {
+        Some(v) if v.exec_id != 0 => {
+            if done {
+                if let Some(p) = entry {
+                    // Idle again (see track_request).
+                    // SAFETY: this request's entry: only its own events write it.
+                    unsafe {
+                        (*p).exec_id = 0;
+                        (*p).issue_ns = 0;
+                    }
+                }
+            }
+            v
+        }
+        // Without an entry: a request never issued (a cache flush that the flush machinery
+        // carried out, known by its bio before 6.5), or one whose start and issue no program
+        // saw.
+        _ => unseen_request(rq)?,
+    };
     if inf.issue_ns == 0 {
         // Not seen issued: counted here, without a latency.
         if done {
@@ -1147,8 +1238,10 @@ fn note_netns(task: *const u8, exec_id: u64) {
     if off == ABSENT {
         return;
     }
-    let net = rd_ptr(rd_ptr(task, off), net_off!(nsproxy_net_ns));
-    if net.is_null() {
+    let net = ld_ptr(ld_ptr(task, off), net_off!(nsproxy_net_ns));
+    // Most programs run in the host's namespace: tell that before any map lookup.
+    let inum = ld::<u32>(net, net_off!(net_ns_inum));
+    if net.is_null() || inum == 0 || inum == global(&CONFIG.host_netns_inum) {
         return;
     }
     let key = net as u64;
@@ -1157,10 +1250,6 @@ fn note_netns(task: *const u8, exec_id: u64) {
         if e.exec_id == exec_id {
             return;
         }
-    }
-    let inum = rd::<u32>(net, net_off!(net_ns_inum));
-    if inum == 0 || inum == global(&CONFIG.host_netns_inum) {
-        return;
     }
     let e = NetnsEntry {
         exec_id,
@@ -1316,7 +1405,7 @@ pub extern "C" fn task_snapshot(ctx: *mut c_void) -> i32 {
         return 0;
     }
     // Tasks that have exited are counted when they switch out for the last time.
-    if rd::<i32>(task, off!(task_exit_state)) != 0 {
+    if ld::<i32>(task, off!(task_exit_state)) != 0 {
         return 0;
     }
     let Some(entry) = entry_of(task_cgroup_id(task)) else {

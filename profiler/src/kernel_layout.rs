@@ -415,6 +415,10 @@ impl KernelBtf {
             want(&mut o.blkg_blkcg, "blkcg_gq", "blkcg", 8, false)?;
             want(&mut o.blkcg_css_cgroup, "blkcg", "css.cgroup", 8, false)?;
         }
+        // Optional and needed by no figure (the programs read the clock instead).
+        if let Some((off, 8)) = self.field("request", "start_time_ns") {
+            o.rq_start_time_ns = off;
+        }
         match self.flag_bit("task_struct", "in_iowait") {
             Some((byte, mask)) => {
                 o.task_in_iowait_byte = byte;

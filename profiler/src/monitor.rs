@@ -351,6 +351,10 @@ impl Monitor {
         self.sweeps += 1;
         if self.sweeps.is_multiple_of(12) {
             self.probes.expire_inflight(now, 60_000_000_000);
+            // Hand back to the system the heap that ended execs and exports freed (glibc
+            // keeps free pages inside its heap otherwise): RSS then follows the live state.
+            // SAFETY: no arguments beyond the pad size; only releases free memory.
+            unsafe { libc::malloc_trim(0) };
         }
         self.warn_drops();
         for (id, path) in self.execs.running() {

@@ -70,7 +70,6 @@ pub struct Probes {
     ebpf: Ebpf,
     /// block_io_start, or block_getrq on kernels without it.
     block_start: &'static str,
-    btf: aya::Btf,
     pub cgroups: HashMap<MapData, u64, CgroupEntry>,
     pub execs: HashMap<MapData, u64, ExecStats>,
     pub baselines: HashMap<MapData, u32, TaskBaseline>,
@@ -154,7 +153,6 @@ impl Probes {
         let mut probes = Self {
             ebpf,
             block_start,
-            btf,
             cgroups,
             execs,
             baselines,
@@ -179,12 +177,12 @@ impl Probes {
             .chain(TASK_PROGRAMS)
             .chain([&block_start])
         {
-            probes.load_tracepoint(name)?;
+            probes.load_tracepoint(name, &btf)?;
         }
         // The network programs are optional: where one cannot load, its figures are flagged.
         if probes.net.interfaces.is_ok() {
             for name in IFACE_PROGRAMS {
-                if let Err(e) = probes.load_tracepoint(name) {
+                if let Err(e) = probes.load_tracepoint(name, &btf) {
                     probes.net.interfaces = Err(format!("{e:#}"));
                     break;
                 }
@@ -199,7 +197,7 @@ impl Probes {
                 break;
             }
         }
-        let btf = probes.btf.clone();
+        // The parsed kernel BTF (tens of MiB) is dropped here: nothing is loaded later.
         for name in ["task_snapshot", "percpu_discover"] {
             let iter: &mut Iter = probes.program(name)?;
             iter.load("task", &btf).map_err(|e| load_error(name, e))?;
@@ -218,10 +216,9 @@ impl Probes {
         Ok(p.try_into()?)
     }
 
-    fn load_tracepoint(&mut self, name: &str) -> Result<()> {
-        let btf = self.btf.clone();
+    fn load_tracepoint(&mut self, name: &str, btf: &aya::Btf) -> Result<()> {
         let tp: &mut BtfTracePoint = self.program(name)?;
-        tp.load(name, &btf).map_err(|e| load_error(name, e))
+        tp.load(name, btf).map_err(|e| load_error(name, e))
     }
 
     fn attach_all(&mut self, names: &[&str]) -> Result<()> {
@@ -393,20 +390,35 @@ impl Probes {
         Ok(n)
     }
 
-    /// Remove the in-flight entries of requests (and bios) older than `max_age_ns`: their
+    /// Remove the entries of requests (and bios) in flight for longer than `max_age_ns`: their
     /// completion was never seen (a request merged into another, or one issued whose
-    /// completion the kernel did not deliver: counted as such).
+    /// completion the kernel did not deliver: counted as such). Entries of idle requests
+    /// (exec_id 0) stay with their request pointer, which the block layer reuses; they are
+    /// trimmed, oldest first, only when they fill more than half the map (a block layer that
+    /// reallocated its requests: another scheduler, another queue depth).
     pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) {
-        for map in [&mut self.inflight, &mut self.bio_origin] {
-            let old: Vec<(u64, bool)> = map
-                .iter()
-                .filter_map(|r| r.ok())
-                .filter(|(_, v)| now_ns.saturating_sub(v.start_ns) > max_age_ns)
-                .map(|(k, v)| (k, v.issue_ns != 0))
-                .collect();
-            for (k, issued) in old {
-                if map.remove(&k).is_ok() {
-                    self.completions_expired += issued as u64;
+        // INFLIGHT's size in the eBPF object.
+        let capacity = 16384;
+        for (i, map) in [&mut self.inflight, &mut self.bio_origin]
+            .into_iter()
+            .enumerate()
+        {
+            let entries: Vec<(u64, Inflight)> = map.iter().filter_map(|r| r.ok()).collect();
+            let mut idle: Vec<(u64, u64)> = Vec::new();
+            for (k, v) in &entries {
+                if i == 0 && v.exec_id == 0 {
+                    idle.push((v.start_ns, *k));
+                } else if now_ns.saturating_sub(v.start_ns) > max_age_ns && map.remove(k).is_ok() {
+                    self.completions_expired += (v.issue_ns != 0) as u64;
+                }
+            }
+            let keep = capacity as usize / 2;
+            if idle.len() > keep {
+                idle.sort_unstable();
+                for (start, k) in &idle[..idle.len() - keep] {
+                    if now_ns.saturating_sub(*start) > max_age_ns {
+                        let _ = map.remove(k);
+                    }
                 }
             }
         }

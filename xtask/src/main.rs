@@ -14,6 +14,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod vmtest;
 
 #[derive(Parser)]
@@ -47,11 +48,24 @@ enum Task {
     },
     /// Set up, build, and profile a real demo workload with the embedded default output.
     Demo,
-    /// Set up, build, and measure the cost of each eBPF program under exec churn.
+    /// Set up, build, and measure the profiler's cost: the standard workload side by side
+    /// with the bpftrace floor (each eBPF program's runs and ns per run, total BPF CPU,
+    /// userspace CPU), then resident memory idle, with live execs and OTLP export, and over
+    /// exec churn. A benchmark: it prints figures, it checks none.
     Bench {
-        /// Execs to create and remove.
-        #[arg(long, default_value_t = 2000)]
-        execs: u32,
+        /// Seconds of the standard workload in each side-by-side phase.
+        #[arg(long, default_value_t = 20)]
+        seconds: u32,
+        /// Live execs held for the resident-memory figure with OTLP export on.
+        #[arg(long, default_value_t = 1000)]
+        live: u32,
+        /// Execs created and ended for the resident-memory growth figure.
+        #[arg(long, default_value_t = 100_000)]
+        churn: u32,
+        /// Measure this profiler binary instead of building the release one (e.g. an older
+        /// build, for a before/after table).
+        #[arg(long, value_name = "PATH")]
+        profiler: Option<PathBuf>,
     },
 }
 
@@ -77,9 +91,19 @@ fn main() -> Result<()> {
             setup()?;
             demo()
         }
-        Task::Bench { execs } => {
+        Task::Bench {
+            seconds,
+            live,
+            churn,
+            profiler,
+        } => {
             setup()?;
-            bench(execs)
+            bench::bench(bench::Options {
+                seconds,
+                live,
+                churn,
+                profiler,
+            })
         }
     }
 }
@@ -112,7 +136,7 @@ pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -234,7 +258,7 @@ fn apt_install(packages: &[&str]) -> Result<()> {
 
 /// The real metric backends of the exporter tests: rotel (OTLP collector, from PyPI, in
 /// target/tools/venv) and Debian's Prometheus. Returns (ROTEL_BIN, PROMETHEUS_BIN).
-fn ensure_backends() -> Result<(PathBuf, PathBuf)> {
+pub(crate) fn ensure_backends() -> Result<(PathBuf, PathBuf)> {
     let venv = root().join("target/tools/venv");
     let rotel = venv.join("bin/rotel-agent");
     if !rotel.exists() {
@@ -307,7 +331,7 @@ pub(crate) fn cargo() -> Command {
     c
 }
 
-fn build(release: bool) -> Result<PathBuf> {
+pub(crate) fn build(release: bool) -> Result<PathBuf> {
     let mut c = cargo();
     c.args(["build", "-p", "profiler"]);
     if release {
@@ -372,7 +396,7 @@ fn test(filter: Option<&str>) -> Result<()> {
 // ------------------------------------------------------------------------------------------
 // demo
 
-fn v2_mount() -> Result<PathBuf> {
+pub(crate) fn v2_mount() -> Result<PathBuf> {
     let info = fs::read_to_string("/proc/self/mountinfo")?;
     info.lines()
         .filter_map(|l| l.split_once(" - "))
@@ -464,117 +488,8 @@ fn demo() -> Result<()> {
 }
 
 /// SIGINT to a process we started (the profiler flushes and exits 0).
-fn interrupt(pid: u32) {
+pub(crate) fn interrupt(pid: u32) {
     let _ = Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status();
-}
-
-// ------------------------------------------------------------------------------------------
-// bench
-
-/// Exec churn under the profiler with the kernel's BPF statistics on: mean cost per program.
-fn bench(execs: u32) -> Result<()> {
-    if !is_root() {
-        bail!("the benchmark loads eBPF programs: run `cargo xtask bench` as root");
-    }
-    let bin = build(true)?;
-    run(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "profiler-tests",
-        "--bin",
-        "netpeer",
-    ]))?;
-    let netpeer = root().join("target/release/netpeer");
-    let base = v2_mount()?.join(format!("profiler-bench-{}", std::process::id()));
-    fs::create_dir_all(&base)?;
-    let scratch = root().join("target/bench");
-    fs::create_dir_all(&scratch)?;
-    let ns = format!("profiler-bench-{}", std::process::id());
-    let result = (|| -> Result<()> {
-        let mut prof = Command::new(&bin)
-            .args(["attach", "--bpf-stats", "--max-execs", "8192", "--cgroup"])
-            .arg(&base)
-            .stdout(Stdio::null())
-            .spawn()?;
-        thread::sleep(Duration::from_secs(2));
-        let start = Instant::now();
-        for i in 0..execs {
-            let d = base.join(format!("e{i}"));
-            // Each exec: a shell, a short command, and a little direct IO to the disk.
-            exec_in(
-                &d,
-                &format!(
-                    "/bin/true; dd if=/dev/zero of={}/f bs=4k count=16 oflag=direct status=none",
-                    scratch.display()
-                ),
-            )?;
-        }
-        let took = start.elapsed();
-        eprintln!(
-            "xtask: {execs} execs in {:.1}s ({:.0} execs/s)",
-            took.as_secs_f64(),
-            execs as f64 / took.as_secs_f64()
-        );
-        // Network: 256 MiB over loopback from an exec in the host namespace (the socket
-        // programs count it; the interface programs see every packet and find no exec's
-        // namespace), then 256 MiB over a veth from an exec in its own namespace.
-        let peer = format!("{ns}-peer");
-        for n in [&ns, &peer] {
-            run(Command::new("ip").args(["netns", "add", n]))?;
-        }
-        run(Command::new("ip").args([
-            "link", "add", "pbench0", "netns", &ns, "type", "veth", "peer", "name", "pbench1",
-            "netns", &peer,
-        ]))?;
-        for (n, dev, addr) in [
-            (&ns, "pbench0", "10.99.0.1/24"),
-            (&peer, "pbench1", "10.99.0.2/24"),
-        ] {
-            run(Command::new("ip").args(["-n", n, "addr", "add", addr, "dev", dev]))?;
-            run(Command::new("ip").args(["-n", n, "link", "set", dev, "up"]))?;
-            run(Command::new("ip").args(["-n", n, "link", "set", "lo", "up"]))?;
-        }
-        let np = netpeer.display().to_string();
-        let lo_port = format!("127.0.0.1:{}", 30000 + std::process::id() % 20000);
-        let mut servers = [
-            Command::new(&np)
-                .args(["serve", &lo_port])
-                .stdout(Stdio::null())
-                .spawn()?,
-            Command::new("ip")
-                .args(["netns", "exec", &peer, &np, "serve", "10.99.0.2:7000"])
-                .stdout(Stdio::null())
-                .spawn()?,
-        ];
-        thread::sleep(Duration::from_millis(500));
-        let mib256 = (256u64 << 20).to_string();
-        let net = (|| -> Result<()> {
-            exec_in(
-                &base.join("net-lo"),
-                &format!("{np} send {lo_port} {mib256} 0"),
-            )?;
-            exec_in(
-                &base.join("net-veth"),
-                &format!("ip netns exec {ns} {np} send 10.99.0.2:7000 {mib256} 0"),
-            )
-        })();
-        for s in servers.iter_mut() {
-            let _ = s.kill();
-            let _ = s.wait();
-        }
-        net?;
-        thread::sleep(Duration::from_secs(3));
-        interrupt(prof.id());
-        prof.wait()?;
-        Ok(())
-    })();
-    for n in [ns.clone(), format!("{ns}-peer")] {
-        let _ = Command::new("ip").args(["netns", "del", &n]).status();
-    }
-    let _ = fs::remove_dir(&base);
-    let _ = fs::remove_dir_all(&scratch);
-    result
 }
