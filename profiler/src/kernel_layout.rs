@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result, anyhow, bail};
 use btf_rs::{Btf, Type};
 use profiler_common::{
-    ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, MEMCG_EVENTS, NetOffsets, PSI_STATES,
+    ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, MEMCG_EVENTS, Need, NetOffsets, PSI_STATES,
 };
 
 pub const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -237,187 +237,34 @@ impl KernelBtf {
     pub fn layout(&self) -> Result<KernelLayout> {
         let mut missing = Vec::new();
         let mut o = KernelOffsets::ABSENT;
-        {
-            // (slot, struct, path, size, required)
-            let mut want = |slot: &mut u32,
-                            st: &str,
-                            path: &str,
-                            size: usize,
-                            required: bool|
-             -> Result<()> {
-                match self.field(st, path) {
-                    Some((off, sz)) if sz == size => *slot = off,
-                    Some((_, sz)) => {
-                        if required {
-                            bail!(
-                                "kernel struct field {st}.{path} has size {sz}, expected {size}: this kernel's layout is not supported"
-                            );
-                        }
-                        missing.push(format!("{st}.{path}"));
-                    }
-                    None => {
-                        if required {
-                            bail!(
-                                "kernel struct field {st}.{path} not found in BTF: this kernel is not supported"
-                            );
-                        }
-                        missing.push(format!("{st}.{path}"));
+        for f in KernelOffsets::FIELDS {
+            if f.after
+                .and_then(|dep| o.slot_mut(dep).map(|v| *v))
+                .is_some_and(|v| v == ABSENT)
+            {
+                continue;
+            }
+            let found = match self.field(f.ty, f.path) {
+                Some((off, sz)) if sz == f.size => Ok(off),
+                Some((_, sz)) => Err(format!(
+                    "kernel struct field {}.{} has size {sz}, expected {}: this kernel's layout is not supported",
+                    f.ty, f.path, f.size
+                )),
+                None => Err(format!(
+                    "kernel struct field {}.{} not found in BTF: this kernel is not supported",
+                    f.ty, f.path
+                )),
+            };
+            match (found, f.need) {
+                (Ok(off), _) => {
+                    if let Some(slot) = o.slot_mut(f.slot) {
+                        *slot = off;
                     }
                 }
-                Ok(())
-            };
-            want(&mut o.task_pid, "task_struct", "pid", 4, true)?;
-            want(&mut o.task_tgid, "task_struct", "tgid", 4, true)?;
-            want(&mut o.task_comm, "task_struct", "comm", 16, true)?;
-            want(&mut o.task_start_time, "task_struct", "start_time", 8, true)?;
-            want(&mut o.task_exit_state, "task_struct", "exit_state", 4, true)?;
-            want(
-                &mut o.task_real_parent,
-                "task_struct",
-                "real_parent",
-                8,
-                false,
-            )?;
-            want(
-                &mut o.task_sum_exec_runtime,
-                "task_struct",
-                "se.sum_exec_runtime",
-                8,
-                true,
-            )?;
-            want(
-                &mut o.task_run_delay,
-                "task_struct",
-                "sched_info.run_delay",
-                8,
-                false,
-            )?;
-            want(
-                &mut o.task_pcount,
-                "task_struct",
-                "sched_info.pcount",
-                8,
-                false,
-            )?;
-            want(&mut o.task_nvcsw, "task_struct", "nvcsw", 8, true)?;
-            want(&mut o.task_nivcsw, "task_struct", "nivcsw", 8, true)?;
-            want(&mut o.task_utime, "task_struct", "utime", 8, true)?;
-            want(&mut o.task_stime, "task_struct", "stime", 8, true)?;
-            want(&mut o.task_delays, "task_struct", "delays", 8, false)?;
-            want(
-                &mut o.task_ioac_rchar,
-                "task_struct",
-                "ioac.rchar",
-                8,
-                false,
-            )?;
-            want(
-                &mut o.task_ioac_wchar,
-                "task_struct",
-                "ioac.wchar",
-                8,
-                false,
-            )?;
-            want(
-                &mut o.task_ioac_syscr,
-                "task_struct",
-                "ioac.syscr",
-                8,
-                false,
-            )?;
-            want(
-                &mut o.task_ioac_syscw,
-                "task_struct",
-                "ioac.syscw",
-                8,
-                false,
-            )?;
-            want(
-                &mut o.task_ioac_read_bytes,
-                "task_struct",
-                "ioac.read_bytes",
-                8,
-                false,
-            )?;
-            want(
-                &mut o.task_ioac_write_bytes,
-                "task_struct",
-                "ioac.write_bytes",
-                8,
-                false,
-            )?;
-            want(
-                &mut o.task_ioac_cancelled_write_bytes,
-                "task_struct",
-                "ioac.cancelled_write_bytes",
-                8,
-                false,
-            )?;
-            want(&mut o.task_cgroups, "task_struct", "cgroups", 8, true)?;
-            want(&mut o.task_mm, "task_struct", "mm", 8, false)?;
-            if o.task_delays != ABSENT {
-                want(
-                    &mut o.delays_blkio_delay,
-                    "task_delay_info",
-                    "blkio_delay",
-                    8,
-                    false,
-                )?;
-                want(
-                    &mut o.delays_blkio_count,
-                    "task_delay_info",
-                    "blkio_count",
-                    4,
-                    false,
-                )?;
-                want(
-                    &mut o.delays_swapin_delay,
-                    "task_delay_info",
-                    "swapin_delay",
-                    8,
-                    false,
-                )?;
-                want(
-                    &mut o.delays_freepages_delay,
-                    "task_delay_info",
-                    "freepages_delay",
-                    8,
-                    false,
-                )?;
-                want(
-                    &mut o.delays_thrashing_delay,
-                    "task_delay_info",
-                    "thrashing_delay",
-                    8,
-                    false,
-                )?;
+                (Err(why), Need::Required) => bail!("{why}"),
+                (Err(_), Need::Optional) => missing.push(format!("{}.{}", f.ty, f.path)),
+                (Err(_), Need::Quiet) => {}
             }
-            want(&mut o.mm_arg_start, "mm_struct", "arg_start", 8, false)?;
-            want(&mut o.mm_arg_end, "mm_struct", "arg_end", 8, false)?;
-            want(&mut o.css_set_dfl_cgrp, "css_set", "dfl_cgrp", 8, true)?;
-            want(&mut o.cgroup_kn, "cgroup", "kn", 8, true)?;
-            want(&mut o.cgroup_parent_css, "cgroup", "self.parent", 8, true)?;
-            want(&mut o.css_cgroup, "cgroup_subsys_state", "cgroup", 8, true)?;
-            want(&mut o.cgroup_root, "cgroup", "root", 8, true)?;
-            want(
-                &mut o.cgroup_root_hierarchy_id,
-                "cgroup_root",
-                "hierarchy_id",
-                4,
-                true,
-            )?;
-            want(&mut o.kernfs_node_id, "kernfs_node", "id", 8, true)?;
-            want(&mut o.rq_cmd_flags, "request", "cmd_flags", 4, true)?;
-            want(&mut o.rq_data_len, "request", "__data_len", 4, true)?;
-            want(&mut o.rq_bio, "request", "bio", 8, false)?;
-            want(&mut o.bio_opf, "bio", "bi_opf", 4, false)?;
-            want(&mut o.bio_blkg, "bio", "bi_blkg", 8, false)?;
-            want(&mut o.blkg_blkcg, "blkcg_gq", "blkcg", 8, false)?;
-            want(&mut o.blkcg_css_cgroup, "blkcg", "css.cgroup", 8, false)?;
-        }
-        // Optional and needed by no figure (the programs read the clock instead).
-        if let Some((off, 8)) = self.field("request", "start_time_ns") {
-            o.rq_start_time_ns = off;
         }
         match self.flag_bit("task_struct", "in_iowait") {
             Some((byte, mask)) => {
@@ -518,26 +365,15 @@ impl KernelBtf {
     /// Offsets for the network namespace and interface programs: all or nothing.
     fn net_offsets(&self) -> Result<NetOffsets, String> {
         let mut n = NetOffsets::ABSENT;
-        for (slot, st, path, size) in [
-            (&mut n.task_nsproxy, "task_struct", "nsproxy", 8),
-            (&mut n.nsproxy_net_ns, "nsproxy", "net_ns", 8),
-            (&mut n.net_ns_inum, "net", "ns.inum", 4),
-            (&mut n.netdev_nd_net, "net_device", "nd_net.net", 8),
-            (&mut n.netdev_ifindex, "net_device", "ifindex", 4),
-            (&mut n.netdev_name, "net_device", "name", 16),
-            (&mut n.netdev_type, "net_device", "type", 2),
-            (
-                &mut n.netdev_hard_header_len,
-                "net_device",
-                "hard_header_len",
-                2,
-            ),
-            (&mut n.skb_dev, "sk_buff", "dev", 8),
-            (&mut n.skb_len, "sk_buff", "len", 4),
-        ] {
-            match self.field(st, path) {
-                Some((off, sz)) if sz == size => *slot = off,
-                _ => return Err(format!("kernel struct field {st}.{path} not found in BTF")),
+        for f in NetOffsets::FIELDS {
+            match (self.field(f.ty, f.path), n.slot_mut(f.slot)) {
+                (Some((off, sz)), Some(slot)) if sz == f.size => *slot = off,
+                _ => {
+                    return Err(format!(
+                        "kernel struct field {}.{} not found in BTF",
+                        f.ty, f.path
+                    ));
+                }
             }
         }
         Ok(n)

@@ -594,22 +594,10 @@ impl Monitor {
     /// steady loss must not flood the terminal.
     fn warn_drops(&mut self) {
         let d = self.probes.drops();
-        let names: [&str; DROP_COUNTERS as usize] = [
-            "ring buffer full: process records lost",
-            "cgroup table full: cgroups not followed (raise --max-cgroups)",
-            "exec table full: execs not followed (raise --max-execs)",
-            "baseline table full: running tasks counted from their start",
-            "in-flight IO table full: block requests not counted",
-            "events for execs without a table entry",
-            "IO-wait table full: IO waits of some tasks not counted",
-            "network table full: some interfaces or namespaces not counted",
-            "block completions the kernel did not deliver to BPF: bytes counted, \
-             those requests' latency missing",
-            "IO-wait wake-ups the kernel did not deliver to BPF: those waits not counted",
-        ];
-        for (i, name) in names.iter().enumerate() {
+
+        for (i, why) in DropReason::ALL.iter().enumerate() {
             if d[i] > 0 && d[i] >= self.drops_seen[i].saturating_mul(10).max(1) {
-                eprintln!("profiler: warning: {} ({} so far)", name, d[i]);
+                eprintln!("profiler: warning: {} ({} so far)", why.description(), d[i]);
                 self.drops_seen[i] = d[i];
             }
         }

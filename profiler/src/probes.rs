@@ -451,7 +451,7 @@ impl Probes {
                 *slot = v.iter().sum();
             }
         }
-        out[DROP_COMPLETION_UNSEEN as usize] += self.completions_expired;
+        out[DropReason::CompletionUnseen as usize] += self.completions_expired;
         out
     }
 

@@ -1,0 +1,96 @@
+//! Block IO: latency buckets, an exec's block-layer figures, requests in flight.
+
+/// Log2 latency buckets: bucket i counts latencies in [2^i, 2^(i+1)) microseconds; bucket 0
+/// also holds everything under 1 us and the last bucket everything above.
+pub const LAT_BUCKETS: usize = 24;
+
+/// The latency bucket of a duration in nanoseconds.
+#[inline(always)]
+pub fn lat_bucket(ns: u64) -> usize {
+    let mut us = ns >> 10; // ~microseconds; 1024 ns keeps it a shift
+    let mut b = 0usize;
+    // Unrolled binary search for floor(log2(us)): no loops, no clz needed in BPF.
+    if us >= 1 << 16 {
+        us >>= 16;
+        b += 16;
+    }
+    if us >= 1 << 8 {
+        us >>= 8;
+        b += 8;
+    }
+    if us >= 1 << 4 {
+        us >>= 4;
+        b += 4;
+    }
+    if us >= 1 << 2 {
+        us >>= 2;
+        b += 2;
+    }
+    if us >= 1 << 1 {
+        b += 1;
+    }
+    if b >= LAT_BUCKETS { LAT_BUCKETS - 1 } else { b }
+}
+
+/// Lower bound of latency bucket `i` in nanoseconds (bucket 0 starts at 0).
+pub fn lat_bucket_floor_ns(i: usize) -> u64 {
+    if i == 0 { 0 } else { 1024u64 << i }
+}
+
+/// Block-layer figures of an exec: each request counted once, at its first dispatch to the
+/// driver; latency from its last issue to its completion.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskStats {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_reqs: u64,
+    pub write_reqs: u64,
+    pub discard_bytes: u64,
+    pub discard_reqs: u64,
+    pub flush_reqs: u64,
+    pub read_lat_sum_ns: u64,
+    pub write_lat_sum_ns: u64,
+    pub read_lat: [u64; LAT_BUCKETS],
+    pub write_lat: [u64; LAT_BUCKETS],
+}
+
+impl Default for DiskStats {
+    fn default() -> Self {
+        Self {
+            read_bytes: 0,
+            write_bytes: 0,
+            read_reqs: 0,
+            write_reqs: 0,
+            discard_bytes: 0,
+            discard_reqs: 0,
+            flush_reqs: 0,
+            read_lat_sum_ns: 0,
+            write_lat_sum_ns: 0,
+            read_lat: [0; LAT_BUCKETS],
+            write_lat: [0; LAT_BUCKETS],
+        }
+    }
+}
+
+/// Block request (key: request pointer). The block layer reuses its preallocated requests, so
+/// an entry stays with its pointer: `exec_id` 0 when the request is idle (completed).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inflight {
+    pub exec_id: u64,
+    /// When the request was made: userspace removes entries whose request never completed in
+    /// view (merged into another request) after a minute.
+    pub start_ns: u64,
+    pub issue_ns: u64,
+    pub op: u32,
+    /// 1 when the request carries a cache flush (REQ_PREFLUSH).
+    pub preflush: u32,
+}
+
+/// Request classes for [`Inflight::op`].
+pub const OP_READ: u32 = 0;
+pub const OP_WRITE: u32 = 1;
+pub const OP_FLUSH: u32 = 2;
+pub const OP_DISCARD: u32 = 3;
+pub const OP_OTHER: u32 = 4;

@@ -1,0 +1,21 @@
+//! Load-time settings of the programs.
+
+/// Load-time settings of the programs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// cgroup id of the attached cgroup (the root of the watched subtree).
+    pub base_cgroup_id: u64,
+    /// Cgroups at depth 1..=exec_depth below the base are execs; deeper ones roll up into
+    /// their ancestor at exec_depth. The base (depth 0) is the exec of its own processes.
+    pub exec_depth: u32,
+    /// 1 when block requests are charged to the cgroup of the bio's blkcg (cgroup writeback
+    /// on pure v2 with the io and memory controllers), 0 to charge the submitting task.
+    pub blkcg_attribution: u32,
+    /// 1 on kernels without the block_io_start tracepoint (before 6.5): requests are tied to
+    /// their origin through block_getrq and their first issue.
+    pub block_getrq_fallback: u32,
+    /// Inode number of the host's network namespace (execs running there are counted by
+    /// their sockets only).
+    pub host_netns_inum: u32,
+}

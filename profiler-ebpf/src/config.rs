@@ -1,0 +1,56 @@
+//! Load-time globals, set by userspace before load (read-only, so the verifier prunes the
+//! branches they rule out): struct field offsets from the running kernel's BTF and settings.
+
+use core::ptr::read_volatile;
+
+use profiler_common::*;
+
+// Load-time globals (set by userspace; read-only, so the verifier prunes unused branches).
+
+#[unsafe(no_mangle)]
+pub(crate) static OFFSETS: KernelOffsets = KernelOffsets::ABSENT;
+
+#[unsafe(no_mangle)]
+pub(crate) static CONFIG: Config = Config {
+    base_cgroup_id: 0,
+    exec_depth: 1,
+    blkcg_attribution: 0,
+    block_getrq_fallback: 0,
+    host_netns_inum: 0,
+};
+
+#[unsafe(no_mangle)]
+pub(crate) static FINAL: FinalOffsets = FinalOffsets::ABSENT;
+
+#[unsafe(no_mangle)]
+pub(crate) static NET: NetOffsets = NetOffsets::ABSENT;
+
+/// Bit of REQ_PREFLUSH in a request's cmd_flags (from the kernel's `enum req_flag_bits`).
+#[unsafe(no_mangle)]
+pub(crate) static REQ_PREFLUSH_BIT: u32 = 18;
+
+/// A field of OFFSETS. Read volatile so the compiler cannot fold the default in; the
+/// verifier knows the loaded value (the global is frozen), so untaken branches cost nothing.
+macro_rules! off {
+    ($f:ident) => {
+        global(&OFFSETS.$f)
+    };
+}
+
+macro_rules! net_off {
+    ($f:ident) => {
+        global(&NET.$f)
+    };
+}
+
+#[inline(always)]
+pub(crate) fn global<T: Copy>(v: &T) -> T {
+    // SAFETY: plain read of a global.
+    unsafe { read_volatile(v) }
+}
+
+macro_rules! fin {
+    ($f:ident) => {
+        global(&FINAL.$f)
+    };
+}

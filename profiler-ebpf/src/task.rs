@@ -1,0 +1,224 @@
+//! Task lifecycle: fork, execve, exit and the last switch of a dead task (when its counters
+//! are final), and the task iterator that reads running tasks' counters for userspace.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    bindings::BPF_RB_FORCE_WAKEUP,
+    helpers::{bpf_get_current_cgroup_id, bpf_probe_read_user_buf, generated as helper},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use profiler_common::*;
+
+use crate::{config::*, final_figures::*, maps::*, net::*, read::*};
+
+// Task lifecycle.
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
+    let parent: *const u8 = ctx.arg(0);
+    let child: *const u8 = ctx.arg(1);
+    let _ = try_fork(parent, child);
+    0
+}
+
+#[inline(always)]
+pub(crate) fn try_fork(parent: *const u8, child: *const u8) -> Option<()> {
+    // The child's own cgroup: clone3(CLONE_INTO_CGROUP) may start it outside its parent's.
+    let entry = entry_of(task_cgroup_id(child))?;
+    let stats = stats_of(entry.exec_id)?;
+    let pid = ld::<u32>(child, off!(task_pid));
+    let tgid = ld::<u32>(child, off!(task_tgid));
+    if pid == tgid {
+        add(&mut stats.procs_started, 1);
+        let ev = ProcForkEvent {
+            kind: EV_PROC_FORK,
+            tgid,
+            parent_tgid: ld::<u32>(parent, off!(task_tgid)),
+            _pad: 0,
+            exec_id: entry.exec_id,
+        };
+        emit(&ev);
+    } else {
+        add(&mut stats.threads_started, 1);
+    }
+    Some(())
+}
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    let _ = try_exec(task);
+    0
+}
+
+#[inline(always)]
+pub(crate) fn try_exec(task: *const u8) -> Option<()> {
+    // SAFETY: helper without arguments.
+    let entry = entry_of(unsafe { bpf_get_current_cgroup_id() })?;
+    let stats = stats_of(entry.exec_id)?;
+    add(&mut stats.execve, 1);
+    // An exec's first programs wake the reader, which reads their environment (CI step,
+    // trace context) while they run; a runtime's own init may come first, hence two.
+    let early = global(&stats.execve) <= 2;
+    // A container's first program is executed after its runtime joined the exec's network
+    // namespace: this is where the namespace becomes the exec's.
+    note_netns(task, entry.exec_id);
+    let Some(mut slot) = EVENTS.reserve::<ProcExecEvent>(0) else {
+        drop_count(DropReason::RingBuf);
+        return None;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: the slot is ours until submitted; every field is written before submit.
+    unsafe {
+        (*ev).kind = EV_PROC_EXEC;
+        (*ev).tgid = ld::<u32>(task, off!(task_tgid));
+        (*ev)._pad = 0;
+        (*ev).exec_id = entry.exec_id;
+        // Straight into the record (the helper zero-fills on failure).
+        helper::bpf_get_current_comm((*ev).comm.as_mut_ptr() as *mut c_void, COMM_LEN as u32);
+        (*ev).args_len = 0;
+        // The new program's argv, from its stack (set up before this tracepoint fires).
+        let mm = ld_ptr(task, off!(task_mm));
+        let start = ld::<u64>(mm, off!(mm_arg_start));
+        let end = ld::<u64>(mm, off!(mm_arg_end));
+        let mut len = end.saturating_sub(start) as usize;
+        if len > ARGS_LEN {
+            len = ARGS_LEN;
+        }
+        if start != 0 && len > 0 {
+            let buf = &mut (*ev).args;
+            if len <= buf.len()
+                && bpf_probe_read_user_buf(start as *const u8, &mut buf[..len]).is_ok()
+            {
+                (*ev).args_len = len as u32;
+            }
+        }
+    }
+    slot.submit(if early {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        wakeup_flag()
+    });
+    Some(())
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
+    // SAFETY: helper without arguments.
+    if let Some(entry) = entry_of(unsafe { bpf_get_current_cgroup_id() }) {
+        if let Some(stats) = stats_of(entry.exec_id) {
+            add(&mut stats.task_exits, 1);
+            // Until its last context switch, the task's final counters are still to come.
+            add(&mut stats.pending, 1);
+        }
+    }
+    0
+}
+
+/// The task is dead and switches out for the last time: its counters are final (the
+/// scheduler has just charged its last run). Charge them to its exec and report the task.
+/// Not later, at sched_process_free: that waits for the reaper and an RCU grace period, which
+/// was seen to take more than 2 s.
+#[inline(always)]
+pub(crate) fn task_end(task: *const u8) -> Option<()> {
+    // The dead task is still current.
+    // SAFETY: helper without arguments.
+    let entry = entry_of(unsafe { bpf_get_current_cgroup_id() })?;
+    let rec = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch, used only within this program run.
+    let rec = unsafe { &mut *rec };
+    let (partial, had_iowait, had_baseline) = fill_record(task, entry.exec_id, EV_TASK_END, rec);
+    // A delete takes the bucket lock even for a missing key: only when there is an entry.
+    if had_baseline {
+        let _ = BASELINES.remove(&rec.pid);
+    }
+    if had_iowait {
+        let _ = IOWAITS.remove(&rec.pid);
+    }
+    let stats = stats_of(entry.exec_id)?;
+    let c = rec.counters.as_array();
+    let ended = stats.ended.as_array_mut();
+    for i in 0..TASK_COUNTERS {
+        add(&mut ended[i], c[i]);
+    }
+    add(&mut stats.pending, u64::MAX); // wrapping -1
+    // (The atomic add's result cannot be used on the generic BPF CPU: read the count back. Two
+    // tasks ending together may both see 0 and both take the figures: harmless.)
+    if global(&stats.pending) == 0 && stats.removed != 0 {
+        // The exec's cgroup went away while this task was still exiting: take its final
+        // figures again, now that its last task has been charged.
+        let mut cgrp = task_dfl_cgroup(task);
+        for _ in 0..8 {
+            if cgroup_id(cgrp) == entry.exec_id {
+                break;
+            }
+            cgrp = cgroup_parent(cgrp);
+        }
+        if cgroup_id(cgrp) == entry.exec_id {
+            exec_final(cgrp, entry.exec_id, 0);
+        }
+    }
+    if rec.flags & TASK_LEADER != 0 {
+        add(&mut stats.proc_exits, 1);
+    }
+    if rec.flags & TASK_NO_DELAYS != 0 {
+        add(&mut stats.tasks_without_delays, 1);
+    }
+    if partial {
+        add(&mut stats.tasks_partial, 1);
+    }
+    emit(rec);
+    Some(())
+}
+
+// Task iterator: live counters of every task in the subtree, read by userspace on demand.
+
+#[repr(C)]
+pub(crate) struct BpfIterMeta {
+    pub(crate) seq: *mut c_void,
+    pub(crate) session_id: u64,
+    pub(crate) seq_num: u64,
+}
+
+#[repr(C)]
+pub(crate) struct BpfIterTask {
+    pub(crate) meta: *const BpfIterMeta,
+    pub(crate) task: *const u8,
+}
+
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub extern "C" fn task_snapshot(ctx: *mut c_void) -> i32 {
+    let ctx = ctx as *const BpfIterTask;
+    // SAFETY: the kernel passes a bpf_iter__task; direct loads keep the verifier's pointer types.
+    let (meta, task) = unsafe { ((*ctx).meta, (*ctx).task) };
+    if task.is_null() {
+        return 0;
+    }
+    // Tasks that have exited are counted when they switch out for the last time.
+    if ld::<i32>(task, off!(task_exit_state)) != 0 {
+        return 0;
+    }
+    let Some(entry) = entry_of(task_cgroup_id(task)) else {
+        return 0;
+    };
+    note_netns(task, entry.exec_id);
+    let Some(rec) = SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU scratch, used only within this program run.
+    let rec = unsafe { &mut *rec };
+    fill_record(task, entry.exec_id, EV_TASK_SNAPSHOT, rec);
+    // SAFETY: seq is the iterator's seq_file; rec is a valid buffer of the given size.
+    unsafe {
+        let seq = (*meta).seq;
+        helper::bpf_seq_write(
+            seq as _,
+            rec as *const TaskRecord as *const c_void,
+            size_of::<TaskRecord>() as u32,
+        );
+    }
+    0
+}
