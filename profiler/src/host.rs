@@ -1,5 +1,5 @@
 //! Facts of the host the profiler runs on, and the knobs it sets: privileges, delay
-//! accounting, the host's network namespace.
+//! accounting, the host's network namespace, the kernel's release, HZ and CPUs.
 
 use std::fs;
 
@@ -58,4 +58,42 @@ pub fn own_netns_inum() -> Result<u32> {
     use std::os::unix::fs::MetadataExt as _;
     let m = fs::metadata("/proc/self/ns/net").context("cannot read /proc/self/ns/net")?;
     Ok(m.ino() as u32)
+}
+
+/// The running kernel's release string.
+pub fn kernel_release() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// CONFIG_HZ of the running kernel, from its configuration (when the host has it).
+pub fn kernel_hz() -> Option<u32> {
+    let release = kernel_release();
+    let text = std::fs::read_to_string(format!("/boot/config-{release}"))
+        .ok()
+        .or_else(|| {
+            let gz = std::fs::read("/proc/config.gz").ok()?;
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut s)
+                .ok()?;
+            Some(s)
+        })?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ="))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Number of possible CPUs (highest possible CPU + 1).
+pub fn possible_cpus() -> u32 {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split(',')
+                .filter_map(|r| r.rsplit('-').next()?.parse::<u32>().ok())
+                .max()
+        })
+        .map(|m| m + 1)
+        .unwrap_or(1)
 }

@@ -5,31 +5,14 @@
 use std::path::Path;
 
 use anyhow::{Context as _, Result, anyhow, bail};
+
+use crate::sources;
 use btf_rs::{Btf, Type};
 use profiler_common::{
     ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, MEMCG_EVENTS, Need, NetOffsets, PSI_STATES,
 };
 
 pub const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
-
-/// Tracepoints the programs attach to, with the first kernel that has each in its current form.
-pub const TRACEPOINTS: &[(&str, &str)] = &[
-    ("cgroup_mkdir", "4.13"),
-    ("cgroup_rmdir", "4.13"),
-    ("cgroup_attach_task", "4.13"),
-    ("sched_process_fork", "2.6.32"),
-    ("sched_process_exec", "3.4"),
-    ("sched_process_exit", "2.6.32"),
-    ("block_rq_issue", "2.6.32"),
-    ("block_rq_complete", "2.6.32"),
-    ("sched_switch", "5.18"),
-    ("sched_wakeup", "2.6.32"),
-];
-
-/// Where block requests are tied to the exec that caused them: block_io_start (6.5+), else
-/// block_getrq with the request's first issue.
-pub const BLOCK_START: &str = "block_io_start";
-pub const BLOCK_START_FALLBACK: &str = "block_getrq";
 
 /// An enum's enumerators: (name, value).
 pub type EnumNames = Vec<(String, u32)>;
@@ -85,17 +68,13 @@ impl KernelBtf {
             .unwrap_or(false)
     }
 
-    /// Tracepoints of [`TRACEPOINTS`] missing from this kernel, with the version they need.
+    /// The required tracepoints (of [`sources::PROGRAMS`]) missing from this kernel, with the
+    /// version they need.
     pub fn missing_tracepoints(&self) -> Vec<(&'static str, &'static str)> {
-        TRACEPOINTS
+        sources::PROGRAMS
             .iter()
-            .filter(|(tp, _)| {
-                self.btf
-                    .resolve_ids_by_name(&format!("btf_trace_{tp}"))
-                    .map(|v| v.is_empty())
-                    .unwrap_or(true)
-            })
-            .copied()
+            .filter(|p| p.stage != sources::Stage::Interfaces && !self.has_tracepoint(p.name))
+            .map(|p| (p.name, p.since))
             .collect()
     }
 
@@ -496,7 +475,7 @@ impl KernelBtf {
             }
             _ => miss("cgroup rstat internals (cgroup.bstat, per-cpu base stats)"),
         }
-        f.nr_cpus = possible_cpus().min(MAX_CPUS);
+        f.nr_cpus = crate::host::possible_cpus().min(MAX_CPUS);
         let events: Vec<(String, u32)> = self
             .enum_values("memcg_memory_event")
             .into_iter()
@@ -504,37 +483,6 @@ impl KernelBtf {
             .collect();
         (f, states, events)
     }
-}
-
-/// CONFIG_HZ of the running kernel, from its configuration (when the host has it).
-pub fn kernel_hz() -> Option<u32> {
-    let release = crate::probes::kernel_release();
-    let text = std::fs::read_to_string(format!("/boot/config-{release}"))
-        .ok()
-        .or_else(|| {
-            let gz = std::fs::read("/proc/config.gz").ok()?;
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut s)
-                .ok()?;
-            Some(s)
-        })?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("CONFIG_HZ="))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// Number of possible CPUs (highest possible CPU + 1).
-pub fn possible_cpus() -> u32 {
-    std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|s| {
-            s.trim()
-                .split(',')
-                .filter_map(|r| r.rsplit('-').next()?.parse::<u32>().ok())
-                .max()
-        })
-        .map(|m| m + 1)
-        .unwrap_or(1)
 }
 
 /// Load the BTF that aya uses to find attach points (same file as [`KernelBtf`]).

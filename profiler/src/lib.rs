@@ -21,4 +21,5 @@ pub mod probes;
 pub mod record;
 pub mod render;
 pub mod runtime;
+pub mod sources;
 pub mod spawn;

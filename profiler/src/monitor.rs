@@ -17,12 +17,13 @@ use crate::{
     ci::CiEnv,
     clock::monotonic_ns,
     execs::{Event, Execs, Followup, Live, Snapshot, args_summary},
-    host::{check_privileges, enable_delay_accounting, own_netns_inum},
-    kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelBtf, KernelLayout, aya_btf},
+    host::{check_privileges, enable_delay_accounting, kernel_release, own_netns_inum},
+    kernel_layout::{KernelBtf, KernelLayout, aya_btf},
     network::{FaultSamples, NetInput, NetReport},
-    probes::{ExecNet, Limits, Probes, ProgramCost, kernel_release},
+    probes::{ExecNet, Limits, Probes, ProgramCost},
     record::{ExecReport, Inputs},
     runtime::{Lookup, Resolver},
+    sources::{BLOCK_START, BLOCK_START_FALLBACK},
 };
 
 #[derive(Clone, Debug)]

@@ -13,27 +13,13 @@ use aya::{
 };
 use profiler_common::*;
 
-use crate::kernel_layout::{BLOCK_START, BLOCK_START_FALLBACK, KernelLayout};
+use crate::{
+    host::kernel_release,
+    kernel_layout::KernelLayout,
+    sources::{self, BLOCK_START, BLOCK_START_FALLBACK, ITERATORS, SOCKET_PROGRAMS, Stage},
+};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf"));
-
-/// Programs attached first, so that the subtree's cgroups can be registered before tasks
-/// are followed.
-const CGROUP_PROGRAMS: &[&str] = &["cgroup_mkdir", "cgroup_rmdir"];
-/// Everything else.
-const TASK_PROGRAMS: &[&str] = &[
-    "cgroup_attach_task",
-    "sched_process_fork",
-    "sched_process_exec",
-    "sched_process_exit",
-    "block_rq_issue",
-    "block_rq_complete",
-    "sched_switch",
-    "sched_wakeup",
-];
-
-/// Interface counters of the execs' own network namespaces.
-const IFACE_PROGRAMS: &[&str] = &["net_dev_xmit", "netif_receive_skb"];
 
 /// Which network views work on this host: Err holds why one does not (its figures are then
 /// reported as missing, with that reason).
@@ -172,23 +158,22 @@ impl Probes {
                 interfaces: layout.net.clone().map(|_| ()),
             },
         };
-        for name in CGROUP_PROGRAMS
-            .iter()
-            .chain(TASK_PROGRAMS)
-            .chain([&block_start])
+        for name in sources::at(Stage::Cgroup)
+            .chain(sources::at(Stage::Task))
+            .chain([block_start])
         {
             probes.load_tracepoint(name, &btf)?;
         }
         // The network programs are optional: where one cannot load, its figures are flagged.
         if probes.net.interfaces.is_ok() {
-            for name in IFACE_PROGRAMS {
+            for name in sources::at(Stage::Interfaces) {
                 if let Err(e) = probes.load_tracepoint(name, &btf) {
                     probes.net.interfaces = Err(format!("{e:#}"));
                     break;
                 }
             }
         }
-        for name in ["sock_ingress", "sock_egress"] {
+        for &name in SOCKET_PROGRAMS {
             let r = probes
                 .program::<CgroupSkb>(name)
                 .and_then(|p| p.load().map_err(|e| load_error(name, e)));
@@ -198,7 +183,7 @@ impl Probes {
             }
         }
         // The parsed kernel BTF (tens of MiB) is dropped here: nothing is loaded later.
-        for name in ["task_snapshot", "percpu_discover"] {
+        for &name in ITERATORS {
             let iter: &mut Iter = probes.program(name)?;
             iter.load("task", &btf).map_err(|e| load_error(name, e))?;
         }
@@ -221,7 +206,7 @@ impl Probes {
         tp.load(name, btf).map_err(|e| load_error(name, e))
     }
 
-    fn attach_all(&mut self, names: &[&str]) -> Result<()> {
+    fn attach_all(&mut self, names: impl IntoIterator<Item = &'static str>) -> Result<()> {
         for name in names {
             let tp: &mut BtfTracePoint = self.program(name)?;
             tp.attach()
@@ -232,13 +217,13 @@ impl Probes {
 
     /// Attach the cgroup lifecycle programs (new cgroups of the subtree get registered).
     pub fn attach_cgroup_programs(&mut self) -> Result<()> {
-        self.attach_all(CGROUP_PROGRAMS)
+        self.attach_all(sources::at(Stage::Cgroup))
     }
 
     /// Attach the task and block-IO programs.
     pub fn attach_task_programs(&mut self) -> Result<()> {
-        self.attach_all(TASK_PROGRAMS)?;
-        self.attach_all(&[self.block_start])
+        self.attach_all(sources::at(Stage::Task))?;
+        self.attach_all([self.block_start])
     }
 
     /// Attach the network programs: the socket counters to the attached cgroup (alongside
@@ -269,7 +254,7 @@ impl Probes {
             }
         }
         if self.net.interfaces.is_ok()
-            && let Err(e) = self.attach_all(IFACE_PROGRAMS)
+            && let Err(e) = self.attach_all(sources::at(Stage::Interfaces))
         {
             self.net.interfaces = Err(format!("{e:#}"));
         }
@@ -337,7 +322,7 @@ impl Probes {
     pub fn discover_percpu(&mut self, nr_cpus: u32) -> std::result::Result<u32, String> {
         self.run_discover()?;
         // CONFIG_HZ: from the kernel's config, else measured from jiffies over 100 ms.
-        let hz = match crate::kernel_layout::kernel_hz() {
+        let hz = match crate::host::kernel_hz() {
             Some(hz) => hz as u64,
             None => {
                 let (j0, t0) = self.jiffy_probe();
@@ -499,11 +484,4 @@ fn load_error(name: &str, e: ProgramError) -> anyhow::Error {
         "cannot load program {name} on kernel {}: {msg}",
         kernel_release()
     )
-}
-
-/// The running kernel's release string.
-pub fn kernel_release() -> String {
-    nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".into())
 }

@@ -1,6 +1,6 @@
 //! The per-exec record: pure data, made in one place ([`ExecReport::build`]) from an exec
 //! and its inputs. How it is shown (a line, the detailed report, the live table, JSON) is in
-//! [`crate::render`].
+//! the `render` module.
 
 use std::collections::HashMap;
 
