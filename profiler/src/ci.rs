@@ -12,6 +12,9 @@ use serde::Serialize;
 
 /// Longest value kept.
 const VALUE_CHARS: usize = 256;
+/// Longest TRACESTATE (W3C: 512 characters); a longer one is dropped, not cut (a cut one is
+/// invalid).
+const TRACESTATE_CHARS: usize = 512;
 /// Most of an environment read (the kernel's own limit on argv + envp is larger, but CI
 /// variables come early in practice, and the read must stay bounded).
 const ENVIRON_BYTES: usize = 256 * 1024;
@@ -26,6 +29,7 @@ struct System {
     task_name: &'static [&'static str],
     task_run_id: &'static [&'static str],
     worker_id: &'static [&'static str],
+    worker_name: &'static [&'static str],
     pipeline_run_url: &'static [&'static str],
     task_run_url: &'static [&'static str],
 }
@@ -39,7 +43,8 @@ const SYSTEMS: &[System] = &[
         task_name: &["GITHUB_JOB"],
         // GitHub puts no job id in the environment.
         task_run_id: &[],
-        worker_id: &["RUNNER_NAME"],
+        worker_id: &[],
+        worker_name: &["RUNNER_NAME"],
         // Made from GITHUB_SERVER_URL, GITHUB_REPOSITORY and GITHUB_RUN_ID (see `urls`).
         pipeline_run_url: &[],
         task_run_url: &[],
@@ -52,6 +57,7 @@ const SYSTEMS: &[System] = &[
         task_name: &["CI_JOB_NAME"],
         task_run_id: &["CI_JOB_ID"],
         worker_id: &["CI_RUNNER_ID"],
+        worker_name: &["CI_RUNNER_DESCRIPTION"],
         pipeline_run_url: &["CI_PIPELINE_URL"],
         task_run_url: &["CI_JOB_URL"],
     },
@@ -62,7 +68,8 @@ const SYSTEMS: &[System] = &[
         pipeline_run_id: &["BUILDKITE_BUILD_ID"],
         task_name: &["BUILDKITE_LABEL", "BUILDKITE_STEP_KEY"],
         task_run_id: &["BUILDKITE_JOB_ID"],
-        worker_id: &["BUILDKITE_AGENT_ID", "BUILDKITE_AGENT_NAME"],
+        worker_id: &["BUILDKITE_AGENT_ID"],
+        worker_name: &["BUILDKITE_AGENT_NAME"],
         pipeline_run_url: &["BUILDKITE_BUILD_URL"],
         task_run_url: &[],
     },
@@ -73,7 +80,8 @@ const SYSTEMS: &[System] = &[
         pipeline_run_id: &["BUILD_NUMBER", "BUILD_ID"],
         task_name: &["STAGE_NAME"],
         task_run_id: &[],
-        worker_id: &["NODE_NAME"],
+        worker_id: &[],
+        worker_name: &["NODE_NAME"],
         pipeline_run_url: &["BUILD_URL"],
         task_run_url: &[],
     },
@@ -186,6 +194,7 @@ impl CiEnv {
                     s.task_name,
                     s.task_run_id,
                     s.worker_id,
+                    s.worker_name,
                     s.pipeline_run_url,
                     s.task_run_url,
                 ]
@@ -205,12 +214,20 @@ impl CiEnv {
                 continue;
             };
             let (name, value) = (&entry[..eq], &entry[eq + 1..]);
-            if self.wanted(name) {
-                vars.insert(
-                    String::from_utf8_lossy(name).into_owned(),
-                    bounded(&String::from_utf8_lossy(value)),
-                );
+            // An empty value says nothing (and must not hide a fallback variable).
+            if value.is_empty() || !self.wanted(name) {
+                continue;
             }
+            let value = String::from_utf8_lossy(value);
+            let value = if name == TRACESTATE.as_bytes() {
+                if value.chars().count() > TRACESTATE_CHARS {
+                    continue;
+                }
+                value.into_owned()
+            } else {
+                bounded(&value)
+            };
+            vars.insert(String::from_utf8_lossy(name).into_owned(), value);
         }
         vars
     }
@@ -228,6 +245,7 @@ impl CiEnv {
                 ("cicd.pipeline.task.name", s.task_name),
                 ("cicd.pipeline.task.run.id", s.task_run_id),
                 ("cicd.worker.id", s.worker_id),
+                ("cicd.worker.name", s.worker_name),
                 ("cicd.pipeline.run.url.full", s.pipeline_run_url),
                 ("cicd.pipeline.task.run.url.full", s.task_run_url),
             ] {
@@ -270,11 +288,16 @@ impl CiEnv {
         c
     }
 
-    /// The CI context of a running process, from /proc/PID/environ (None when the process is
-    /// gone or the file cannot be read). The block read is overwritten before it is freed.
-    pub fn of_process(&self, pid: u32) -> Option<CiContext> {
+    /// The CI context of a running process, from /proc/PID/environ, when the process is
+    /// still the program `comm` (not gone, its pid not reused). The block read is overwritten
+    /// before it is freed, and read into one buffer (no copies left behind by growing it).
+    pub fn of_process(&self, pid: u32, comm: &str) -> Option<CiContext> {
+        let now = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        if now.trim_end_matches('\n') != comm {
+            return None;
+        }
         let f = File::open(format!("/proc/{pid}/environ")).ok()?;
-        let mut buf = Vec::with_capacity(16 * 1024);
+        let mut buf = Vec::with_capacity(ENVIRON_BYTES);
         let read = f.take(ENVIRON_BYTES as u64).read_to_end(&mut buf);
         let c = read.is_ok().then(|| self.context(&buf));
         buf.iter_mut().for_each(|b| *b = 0);
@@ -337,7 +360,7 @@ mod tests {
         assert_eq!(a["cicd.pipeline.name"], "CI");
         assert_eq!(a["cicd.pipeline.run.id"], "1234567");
         assert_eq!(a["cicd.pipeline.task.name"], "build");
-        assert_eq!(a["cicd.worker.id"], "runner-3");
+        assert_eq!(a["cicd.worker.name"], "runner-3");
         assert_eq!(
             a["cicd.pipeline.run.url.full"],
             "https://github.com/acme/app/actions/runs/1234567"
@@ -380,7 +403,7 @@ mod tests {
             ),
         ]));
         assert_eq!(b.attributes["cicd.pipeline.task.name"], "lint");
-        assert_eq!(b.attributes["cicd.worker.id"], "agent-1");
+        assert_eq!(b.attributes["cicd.worker.name"], "agent-1");
         assert_eq!(
             b.attributes["cicd.pipeline.task.run.url.full"],
             "https://buildkite.com/acme/app/builds/12#j-2"
@@ -396,6 +419,22 @@ mod tests {
         assert_eq!(j.system, Some("jenkins"));
         assert_eq!(j.attributes["cicd.pipeline.run.id"], "41");
         assert_eq!(j.attributes["cicd.pipeline.task.name"], "Build");
+    }
+
+    #[test]
+    fn empty_values_and_long_tracestates_are_left_out() {
+        let c = CiEnv::default().context(&env(&[
+            ("GITLAB_CI", "true"),
+            ("CI_PIPELINE_NAME", ""),
+            ("CI_PROJECT_PATH", "group/app"),
+            ("TRACEPARENT", TP),
+            ("TRACESTATE", &"a=b,".repeat(200)),
+        ]));
+        assert_eq!(c.attributes["cicd.pipeline.name"], "group/app");
+        assert_eq!(c.trace.unwrap().tracestate, None);
+        let ok = "k=".to_owned() + &"v".repeat(400);
+        let c = CiEnv::default().context(&env(&[("TRACEPARENT", TP), ("TRACESTATE", &ok)]));
+        assert_eq!(c.trace.unwrap().tracestate.as_deref(), Some(ok.as_str()));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::{
     cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
     ci::CiEnv,
     clock::monotonic_ns,
-    execs::{Event, Execs, Followup, Live, Snapshot, args_summary},
+    execs::{Event, Execs, Followup, Live, Snapshot, args_summary, cstr},
     host::{check_privileges, enable_delay_accounting, kernel_release, own_netns_inum},
     kernel_layout::{KernelBtf, KernelLayout, aya_btf},
     network::{FaultSamples, NetInput, NetReport},
@@ -227,7 +227,7 @@ impl Monitor {
                         && before == Some(false)
                         && has_command(&self.execs, x.exec_id) == Some(true)
                     {
-                        first_program.push((x.exec_id, x.tgid));
+                        first_program.push((x.exec_id, x.tgid, cstr(&x.comm)));
                     }
                 }
                 Err(e) => eprintln!("profiler: warning: bad record from the kernel: {e}"),
@@ -251,11 +251,15 @@ impl Monitor {
                 }
             }
         }
-        for (id, tgid) in first_program {
+        for (id, tgid, comm) in first_program {
             self.ask_again(id);
             // Its environment says which CI step and trace the exec belongs to: read now,
             // while the program runs (the kernel wakes the reader at an exec's first execs).
-            let ci = self.opts.ci_env.of_process(tgid).filter(|c| !c.is_empty());
+            let ci = self
+                .opts
+                .ci_env
+                .of_process(tgid, &comm)
+                .filter(|c| !c.is_empty());
             if let Some(e) = self.execs.get_mut(id) {
                 e.ci = ci;
             }

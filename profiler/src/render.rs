@@ -71,7 +71,7 @@ impl ExecReport {
         if self.partial {
             s.push_str(" | partial");
         }
-        s
+        printable(&s)
     }
 
     /// What ran, for people: the runtime, the container's name and image, or the command of
@@ -113,7 +113,8 @@ impl ExecReport {
         let io = &self.io;
         let _ = writeln!(
             s,
-            "profiler: `{command}` {status} after {}",
+            "profiler: `{}` {status} after {}",
+            printable(command),
             dur(self.wall_ns)
         );
         let _ = writeln!(
@@ -280,7 +281,7 @@ impl ExecReport {
             );
         }
         for n in &self.notes {
-            let _ = writeln!(s, "  note: {n}");
+            let _ = writeln!(s, "  note: {}", printable(n));
         }
         s
     }
@@ -303,7 +304,7 @@ pub fn live_table(rows: &[ExecReport]) -> String {
         let _ = writeln!(
             s,
             "{:<28} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}  {}",
-            truncate(&exec, 28),
+            truncate(&printable(&exec), 28),
             dur(r.wall_ns),
             dur(r.cpu.on_cpu_ns),
             dur(r.cpu.runq_delay_ns),
@@ -322,11 +323,29 @@ fn name(p: &ProcReport) -> String {
         if p.comm.is_empty() {
             format!("[{}]", p.pid)
         } else {
-            p.comm.clone()
+            printable(&p.comm)
         }
     } else {
-        p.args.clone()
+        printable(&p.args)
     }
+}
+
+/// Control characters (a newline, an escape sequence) from commands, names and CI values,
+/// made visible: raw, they would break a record's line or drive the terminal.
+pub fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_owned();
+    }
+    s.chars()
+        .flat_map(|c| {
+            let esc: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            esc
+        })
+        .collect()
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -368,6 +387,18 @@ pub fn bytes(b: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(printable("make -j2"), "make -j2");
+        assert_eq!(printable("a\nb\x1b[2Jc"), "a\\nb\\u{1b}[2Jc");
+        let r = ExecReport {
+            exec: "x".into(),
+            command: Some("sh -c 'echo a\necho b'".into()),
+            ..Default::default()
+        };
+        assert!(!r.line().contains('\n'), "{}", r.line());
+    }
 
     #[test]
     fn formats() {

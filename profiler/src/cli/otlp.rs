@@ -7,7 +7,7 @@ use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
 use super::parse_duration;
-use crate::export::{OtlpConfig, Protocol, TlsFiles, reqwest_identity};
+use crate::export::{OtlpConfig, Protocol, SpansConfig, TlsFiles, Transport, reqwest_identity};
 
 /// OTLP flags; each overrides its standard environment variable.
 #[derive(Debug, Clone, Default, Args)]
@@ -136,104 +136,29 @@ fn check_endpoint(what: &str, url: &str) -> Result<()> {
     Ok(())
 }
 
-/// From the flags and the standard environment. None when no endpoint is set anywhere
-/// (or OTEL_METRICS_EXPORTER=none).
+/// The OTLP settings from the flags and the standard environment. None when no endpoint is
+/// set anywhere (or OTEL_METRICS_EXPORTER=none). Each signal (metrics, traces) takes its own
+/// OTEL_EXPORTER_OTLP_<SIGNAL>_* variables first, then the unscoped ones; flags win over both.
 pub fn resolve(f: &OtlpFlags) -> Result<Option<OtlpConfig>> {
     if f.otlp_endpoint.is_none()
         && var(&["OTEL_METRICS_EXPORTER"]).is_some_and(|(_, v)| v == "none")
     {
+        if f.otlp_spans {
+            bail!(
+                "--otlp-spans sends with the OTLP export, which OTEL_METRICS_EXPORTER=none turns \
+                 off; unset it or pass --otlp-endpoint"
+            );
+        }
         return Ok(None);
     }
-    let protocol = match f
-        .otlp_protocol
-        .clone()
-        .map(|v| ("--otlp-protocol".to_owned(), v))
-        .or_else(|| {
-            var(&[
-                "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-                "OTEL_EXPORTER_OTLP_PROTOCOL",
-            ])
-        }) {
-        None => Protocol::HttpProtobuf,
-        Some((_, v)) if v == "grpc" => Protocol::Grpc,
-        Some((_, v)) if v == "http/protobuf" => Protocol::HttpProtobuf,
-        Some((name, v)) if v == "http/json" => {
-            bail!("{name}={v}: OTLP over HTTP/JSON is not supported; use grpc or http/protobuf")
+    let Some(metrics) = transport(f, "METRICS", "/v1/metrics")? else {
+        if f.otlp_spans {
+            bail!(
+                "--otlp-spans needs an OTLP endpoint: pass --otlp-endpoint or set \
+                 OTEL_EXPORTER_OTLP_ENDPOINT"
+            );
         }
-        Some((name, v)) => {
-            bail!("{name}={v:?}: unknown OTLP protocol; use grpc or http/protobuf")
-        }
-    };
-    // Base endpoints get the signal path on HTTP; the metrics-specific one is used as is.
-    let path = |base: &str| match protocol {
-        Protocol::Grpc => base.to_owned(),
-        Protocol::HttpProtobuf => format!("{}/v1/metrics", base.trim_end_matches('/')),
-    };
-    let endpoint = if let Some(e) = &f.otlp_endpoint {
-        check_endpoint("--otlp-endpoint", e)?;
-        path(e)
-    } else if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]) {
-        check_endpoint(&n, &e)?;
-        e
-    } else if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_ENDPOINT"]) {
-        check_endpoint(&n, &e)?;
-        path(&e)
-    } else if f.otlp_spans {
-        bail!(
-            "--otlp-spans needs an OTLP endpoint: pass --otlp-endpoint or set \
-             OTEL_EXPORTER_OTLP_ENDPOINT"
-        );
-    } else {
         return Ok(None);
-    };
-    let traces_path = |base: &str| match protocol {
-        Protocol::Grpc => base.to_owned(),
-        Protocol::HttpProtobuf => format!("{}/v1/traces", base.trim_end_matches('/')),
-    };
-    let spans_endpoint = match (f.otlp_spans, &f.otlp_endpoint) {
-        (false, _) => None,
-        (true, Some(e)) => Some(traces_path(e)),
-        (true, None) => Some(
-            if let Some((n, e)) = var(&["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) {
-                check_endpoint(&n, &e)?;
-                e
-            } else if let Some((_, e)) = var(&["OTEL_EXPORTER_OTLP_ENDPOINT"]) {
-                traces_path(&e)
-            } else {
-                bail!(
-                    "--otlp-spans needs a traces endpoint: set \
-                     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, or \
-                     pass --otlp-endpoint"
-                );
-            },
-        ),
-    };
-    let spans_delay = match var(&["OTEL_BSP_SCHEDULE_DELAY"]) {
-        Some((n, v)) => millis(&n, &v)?,
-        None => Duration::from_secs(5),
-    };
-    let headers = match f
-        .otlp_headers
-        .clone()
-        .map(|v| ("--otlp-headers".to_owned(), v))
-        .or_else(|| {
-            var(&[
-                "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-                "OTEL_EXPORTER_OTLP_HEADERS",
-            ])
-        }) {
-        Some((name, v)) => parse_headers(&v).map_err(|e| anyhow!("{name}: {e}"))?,
-        None => Vec::new(),
-    };
-    let timeout = match f.otlp_timeout {
-        Some(t) => t,
-        None => match var(&[
-            "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
-            "OTEL_EXPORTER_OTLP_TIMEOUT",
-        ]) {
-            Some((n, v)) => millis(&n, &v)?,
-            None => Duration::from_secs(10),
-        },
     };
     let interval = match f.export_interval {
         Some(t) => t,
@@ -260,32 +185,110 @@ pub fn resolve(f: &OtlpFlags) -> Result<Option<OtlpConfig>> {
         Some((_, v)) if v.eq_ignore_ascii_case("delta") => true,
         Some((n, v)) => bail!("{n}={v:?}: unknown temporality; use cumulative or delta"),
     };
-    let tls = tls_files(f)?;
+    let spans = if f.otlp_spans {
+        let Some(transport) = transport(f, "TRACES", "/v1/traces")? else {
+            bail!(
+                "--otlp-spans needs a traces endpoint: set OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or \
+                 OTEL_EXPORTER_OTLP_ENDPOINT, or pass --otlp-endpoint"
+            );
+        };
+        let delay = match var(&["OTEL_BSP_SCHEDULE_DELAY"]) {
+            Some((n, v)) => millis(&n, &v)?,
+            None => Duration::from_secs(5),
+        };
+        if delay.is_zero() {
+            bail!("OTEL_BSP_SCHEDULE_DELAY must be above zero");
+        }
+        Some(SpansConfig { transport, delay })
+    } else {
+        None
+    };
+    Ok(Some(OtlpConfig {
+        metrics,
+        interval,
+        delta,
+        spans,
+    }))
+}
+
+/// One signal's transport: protocol, endpoint (HTTP: with the signal's `path`, unless given
+/// for the signal itself), headers, timeout, TLS. None without an endpoint.
+fn transport(f: &OtlpFlags, signal: &str, path: &str) -> Result<Option<Transport>> {
+    let scoped = |what: &str| format!("OTEL_EXPORTER_OTLP_{signal}_{what}");
+    let unscoped = |what: &str| format!("OTEL_EXPORTER_OTLP_{what}");
+    let vars = |what: &str| [scoped(what), unscoped(what)];
+    let pick = |flag: &Option<String>, name: &str, what: &str| {
+        flag.clone().map(|v| (name.to_owned(), v)).or_else(|| {
+            let v = vars(what);
+            var(&[v[0].as_str(), v[1].as_str()])
+        })
+    };
+    let protocol = match pick(&f.otlp_protocol, "--otlp-protocol", "PROTOCOL") {
+        None => Protocol::HttpProtobuf,
+        Some((_, v)) if v == "grpc" => Protocol::Grpc,
+        Some((_, v)) if v == "http/protobuf" => Protocol::HttpProtobuf,
+        Some((name, v)) if v == "http/json" => {
+            bail!("{name}={v}: OTLP over HTTP/JSON is not supported; use grpc or http/protobuf")
+        }
+        Some((name, v)) => bail!("{name}={v:?}: unknown OTLP protocol; use grpc or http/protobuf"),
+    };
+    // Base endpoints get the signal's path on HTTP; a signal's own endpoint is used as is.
+    let with_path = |base: &str| match protocol {
+        Protocol::Grpc => base.to_owned(),
+        Protocol::HttpProtobuf => format!("{}{path}", base.trim_end_matches('/')),
+    };
+    let endpoint = if let Some(e) = &f.otlp_endpoint {
+        check_endpoint("--otlp-endpoint", e)?;
+        with_path(e)
+    } else if let Some((n, e)) = var(&[scoped("ENDPOINT").as_str()]) {
+        check_endpoint(&n, &e)?;
+        e
+    } else if let Some((n, e)) = var(&[unscoped("ENDPOINT").as_str()]) {
+        check_endpoint(&n, &e)?;
+        with_path(&e)
+    } else {
+        return Ok(None);
+    };
+    let headers = match pick(&f.otlp_headers, "--otlp-headers", "HEADERS") {
+        Some((name, v)) => parse_headers(&v).map_err(|e| anyhow!("{name}: {e}"))?,
+        None => Vec::new(),
+    };
+    let timeout = match f.otlp_timeout {
+        Some(t) => t,
+        None => {
+            let v = vars("TIMEOUT");
+            match var(&[v[0].as_str(), v[1].as_str()]) {
+                Some((n, v)) => millis(&n, &v)?,
+                None => Duration::from_secs(10),
+            }
+        }
+    };
+    let tls = tls_files(f, signal)?;
     if tls.is_set() && !endpoint.starts_with("https://") {
         eprintln!(
             "profiler: note: the OTLP certificate settings are not used: the endpoint \
              {endpoint} is not https://"
         );
     }
-    Ok(Some(OtlpConfig {
+    Ok(Some(Transport {
         protocol,
         endpoint,
         headers,
         timeout,
-        interval,
-        delta,
         tls,
-        spans_endpoint,
-        spans_delay,
     }))
 }
 
 /// The TLS files the flags and the environment name, read and checked now.
-fn tls_files(f: &OtlpFlags) -> Result<TlsFiles> {
-    let file = |flag: &Option<PathBuf>, flag_name: &str, vars: &[&str]| {
+fn tls_files(f: &OtlpFlags, signal: &str) -> Result<TlsFiles> {
+    let file = |flag: &Option<PathBuf>, flag_name: &str, what: &str| {
+        let (scoped, unscoped) = (
+            format!("OTEL_EXPORTER_OTLP_{signal}_{what}"),
+            format!("OTEL_EXPORTER_OTLP_{what}"),
+        );
         let (name, path) = match flag {
             Some(p) => (flag_name.to_owned(), p.clone()),
-            None => match var(vars) {
+            None => match var(&[scoped.as_str(), unscoped.as_str()]) {
                 Some((n, v)) => (n, PathBuf::from(v)),
                 None => return Ok(None),
             },
@@ -294,30 +297,13 @@ fn tls_files(f: &OtlpFlags) -> Result<TlsFiles> {
             .map(|pem| Some((name.clone(), pem)))
             .map_err(|e| anyhow!("{name}: cannot read {}: {e}", path.display()))
     };
-    let ca = file(
-        &f.otlp_certificate,
-        "--otlp-certificate",
-        &[
-            "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
-            "OTEL_EXPORTER_OTLP_CERTIFICATE",
-        ],
-    )?;
+    let ca = file(&f.otlp_certificate, "--otlp-certificate", "CERTIFICATE")?;
     let cert = file(
         &f.otlp_client_certificate,
         "--otlp-client-certificate",
-        &[
-            "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
-            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-        ],
+        "CLIENT_CERTIFICATE",
     )?;
-    let key = file(
-        &f.otlp_client_key,
-        "--otlp-client-key",
-        &[
-            "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
-            "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-        ],
-    )?;
+    let key = file(&f.otlp_client_key, "--otlp-client-key", "CLIENT_KEY")?;
     if let Some((name, pem)) = &ca {
         let certs = reqwest::Certificate::from_pem_bundle(pem)
             .map_err(|e| anyhow!("{name}: not a PEM certificate file ({e})"))?;
@@ -342,4 +328,53 @@ fn tls_files(f: &OtlpFlags) -> Result<TlsFiles> {
         ca: ca.map(|(_, pem)| pem),
         identity,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each signal takes its own variables first: the metrics' credentials never go to the
+    /// traces endpoint. (The only test here that sets these variables.)
+    #[test]
+    fn signals_take_their_own_settings() {
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "api-key=m"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://tracer:4318/custom/traces",
+            ),
+            ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "300"),
+        ];
+        for (k, v) in vars {
+            // SAFETY: no other test reads or writes these variables.
+            unsafe { env::set_var(k, v) };
+        }
+        let f = OtlpFlags {
+            otlp_spans: true,
+            ..Default::default()
+        };
+        let c = resolve(&f);
+        let zero = {
+            // SAFETY: as above.
+            unsafe { env::set_var("OTEL_BSP_SCHEDULE_DELAY", "0") };
+            resolve(&f)
+        };
+        for (k, _) in vars {
+            // SAFETY: as above.
+            unsafe { env::remove_var(k) };
+        }
+        let c = c.unwrap().unwrap();
+        assert_eq!(c.metrics.endpoint, "http://collector:4318/v1/metrics");
+        assert_eq!(c.metrics.headers, vec![("api-key".into(), "m".into())]);
+        assert_eq!(c.metrics.timeout, Duration::from_secs(10));
+        let s = c.spans.unwrap();
+        assert_eq!(s.transport.endpoint, "http://tracer:4318/custom/traces");
+        assert!(s.transport.headers.is_empty(), "{:?}", s.transport.headers);
+        assert_eq!(s.transport.timeout, Duration::from_millis(2500));
+        assert_eq!(s.delay, Duration::from_millis(300));
+        assert!(zero.is_err(), "a zero schedule delay is refused");
+    }
 }

@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::Result;
-pub use otlp::{OtlpConfig, Protocol, TlsFiles, reqwest_identity};
+pub use otlp::{OtlpConfig, Protocol, SpansConfig, TlsFiles, Transport, reqwest_identity};
 
 use self::metrics::{ExecAttributes, ExecSeries};
 use crate::record::{ExecReport, ExecState};

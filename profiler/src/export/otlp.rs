@@ -33,7 +33,7 @@ use opentelemetry_sdk::{
 use super::{
     FINALS_PER_EXPORT, Shared, lock,
     metrics::{DEFS, ExecSeries, Kind, M, SERIES_PER_EXEC, histogram_values, latency_bounds_s},
-    spans::{Spans, span_of},
+    spans::{Schedule, Spans, span_of},
 };
 use crate::record::ExecReport;
 
@@ -43,21 +43,32 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
-/// Resolved OTLP settings.
+/// How one signal (metrics, traces) is sent.
 #[derive(Clone, Debug, PartialEq)]
-pub struct OtlpConfig {
+pub struct Transport {
     pub protocol: Protocol,
-    /// Full URL the exporter posts to (HTTP: with /v1/metrics).
+    /// Full URL the exporter posts to (HTTP: with /v1/metrics or /v1/traces).
     pub endpoint: String,
     pub headers: Vec<(String, String)>,
     pub timeout: Duration,
+    pub tls: TlsFiles,
+}
+
+/// One span per exec (`--otlp-spans`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpansConfig {
+    pub transport: Transport,
+    /// How often a batch of spans goes.
+    pub delay: Duration,
+}
+
+/// Resolved OTLP settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtlpConfig {
+    pub metrics: Transport,
     pub interval: Duration,
     pub delta: bool,
-    pub tls: TlsFiles,
-    /// Where spans go (HTTP: with /v1/traces), with --otlp-spans.
-    pub spans_endpoint: Option<String>,
-    /// How often a batch of spans goes.
-    pub spans_delay: Duration,
+    pub spans: Option<SpansConfig>,
 }
 
 /// PEM contents for an https endpoint, read (and checked) when the settings are resolved.
@@ -161,7 +172,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-impl OtlpConfig {
+impl Transport {
     /// gRPC settings of an exporter builder: endpoint, timeout, headers, TLS.
     fn tonic<B: WithExportConfig + WithTonicConfig>(&self, b: B, endpoint: &str) -> Result<B> {
         let mut hm = http::HeaderMap::new();
@@ -204,10 +215,10 @@ impl OtlpConfig {
 
     /// The metrics exporter, and for HTTP the slot where its client keeps the cause of a
     /// failure.
-    fn build_exporter(&self) -> Result<(MetricExporter, Option<Cause>)> {
+    fn build_metric_exporter(&self, delta: bool) -> Result<(MetricExporter, Option<Cause>)> {
         // Counters and gauges are observed, so "LowMemory" keeps them cumulative; it makes
         // the one synchronous instrument, the latency histogram, a delta.
-        let temporality = if self.delta {
+        let temporality = if delta {
             Temporality::Delta
         } else {
             Temporality::LowMemory
@@ -233,7 +244,8 @@ impl OtlpConfig {
     }
 
     /// The span exporter (one span per exec), for `--otlp-spans`.
-    fn build_span_exporter(&self, endpoint: &str) -> Result<(SpanExporter, Option<Cause>)> {
+    fn build_span_exporter(&self) -> Result<(SpanExporter, Option<Cause>)> {
+        let endpoint = &self.endpoint;
         let (e, cause) = match self.protocol {
             Protocol::Grpc => (
                 self.tonic(SpanExporter::builder().with_tonic(), endpoint)?
@@ -401,7 +413,7 @@ impl Otlp {
             .build()
             .context("cannot start the OTLP runtime")?;
         let guard = runtime.enter();
-        let (inner, http_cause) = config.build_exporter()?;
+        let (inner, http_cause) = config.metrics.build_metric_exporter(config.delta)?;
         let latency_slot = Arc::new(OnceLock::new());
         let exporter = Acking {
             inner,
@@ -409,7 +421,7 @@ impl Otlp {
             http_cause,
             shared: shared.clone(),
             failing: AtomicBool::new(false),
-            endpoint: config.endpoint.clone(),
+            endpoint: config.metrics.endpoint.clone(),
         };
         let reader = PeriodicReader::builder(exporter)
             .with_interval(config.interval)
@@ -500,11 +512,20 @@ impl Otlp {
             bounds,
         };
         let _ = latency_slot.set(latency.clone());
-        let spans = match &config.spans_endpoint {
-            Some(ep) => {
-                let (mut e, cause) = config.build_span_exporter(ep)?;
+        let spans = match &config.spans {
+            Some(sc) => {
+                let (mut e, cause) = sc.transport.build_span_exporter()?;
                 opentelemetry_sdk::trace::SpanExporter::set_resource(&mut e, &resource());
-                Some(Spans::start(e, cause, ep.clone(), config.spans_delay))
+                let schedule = Schedule {
+                    delay: sc.delay,
+                    shutdown: sc.transport.timeout + Duration::from_secs(1),
+                };
+                Some(Spans::start(
+                    e,
+                    cause,
+                    sc.transport.endpoint.clone(),
+                    schedule,
+                )?)
             }
             None => None,
         };
@@ -521,19 +542,21 @@ impl Otlp {
 
     /// The span of an exec whose figures are final, with its attributes.
     pub(crate) fn span(&self, r: &ExecReport, attrs: &[(String, String)]) {
-        if let Some(s) = &self.spans {
-            s.send(span_of(r, attrs));
+        if let Some(s) = &self.spans
+            && let Some(span) = span_of(r, attrs)
+        {
+            s.send(span);
         }
     }
 
     pub(crate) fn describe(&self) -> String {
         let mut d = format!(
             "pushing OTLP metrics ({}) to {} every {:?}",
-            match self.config.protocol {
+            match self.config.metrics.protocol {
                 Protocol::Grpc => "grpc",
                 Protocol::HttpProtobuf => "http/protobuf",
             },
-            self.config.endpoint,
+            self.config.metrics.endpoint,
             self.config.interval
         );
         if let Some(s) = &self.spans {
@@ -550,7 +573,7 @@ impl Otlp {
         let record = lock(&self.shared).next_histograms();
         record.iter().for_each(|s| self.latency.record(s));
         let provider = self.provider.clone();
-        let timeout = self.config.timeout + Duration::from_secs(1);
+        let timeout = self.config.metrics.timeout + Duration::from_secs(1);
         let runtime = self.runtime.take();
         let shared = self.shared.clone();
         let _ = std::thread::spawn(move || {

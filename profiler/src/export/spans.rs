@@ -10,7 +10,7 @@ use std::{
     str::FromStr as _,
     sync::mpsc,
     thread::JoinHandle,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use opentelemetry::{
@@ -18,7 +18,7 @@ use opentelemetry::{
     trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState},
 };
 use opentelemetry_sdk::trace::{
-    IdGenerator as _, RandomIdGenerator, SpanData, SpanEvents, SpanExporter as _, SpanLinks,
+    IdGenerator as _, RandomIdGenerator, SpanData, SpanEvents, SpanExporter, SpanLinks,
 };
 
 use super::otlp::{Cause, cause_of};
@@ -54,10 +54,14 @@ fn span_name(r: &ExecReport) -> String {
     }
 }
 
-/// The span of an exec whose figures are final.
-pub(crate) fn span_of(r: &ExecReport, attrs: &[(String, String)]) -> SpanData {
+/// The span of an exec whose figures are final; none when its trace context says the trace
+/// is not sampled (its parent is not recorded either).
+pub(crate) fn span_of(r: &ExecReport, attrs: &[(String, String)]) -> Option<SpanData> {
     let ids = RandomIdGenerator::default();
     let trace = r.ci.as_ref().and_then(|c| c.trace.as_ref());
+    if trace.is_some_and(|t| !t.sampled) {
+        return None;
+    }
     let parent = trace.and_then(|t| {
         Some((
             TraceId::from_hex(&t.trace_id).ok()?,
@@ -108,7 +112,7 @@ pub(crate) fn span_of(r: &ExecReport, attrs: &[(String, String)]) -> SpanData {
             s.all.tx_bytes as i64,
         ));
     }
-    SpanData {
+    Some(SpanData {
         span_context: SpanContext::new(
             trace_id,
             ids.new_span_id(),
@@ -130,7 +134,7 @@ pub(crate) fn span_of(r: &ExecReport, attrs: &[(String, String)]) -> SpanData {
         instrumentation_scope: InstrumentationScope::builder("profiler")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),
-    }
+    })
 }
 
 /// The spans' exporter thread.
@@ -140,25 +144,33 @@ pub(crate) struct Spans {
     pub(crate) endpoint: String,
 }
 
+/// How the thread sends.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Schedule {
+    /// Between two rounds of exports (OTEL_BSP_SCHEDULE_DELAY); also the wait after a failure.
+    pub delay: Duration,
+    /// At exit, how long the last spans may take.
+    pub shutdown: Duration,
+}
+
 impl Spans {
-    /// Send the spans every `delay` (OTEL_BSP_SCHEDULE_DELAY), and at shutdown.
-    pub(crate) fn start(
-        exporter: opentelemetry_otlp::SpanExporter,
+    pub(crate) fn start<E: SpanExporter + 'static>(
+        exporter: E,
         cause: Option<Cause>,
         endpoint: String,
-        delay: Duration,
-    ) -> Self {
+        schedule: Schedule,
+    ) -> anyhow::Result<Self> {
         let (tx, rx) = mpsc::channel::<SpanData>();
         let ep = endpoint.clone();
         let thread = std::thread::Builder::new()
             .name("profiler-spans".into())
-            .spawn(move || run(exporter, cause, ep, rx, delay))
-            .ok();
-        Self {
+            .spawn(move || run(&exporter, &cause, &ep, &rx, schedule))
+            .map_err(|e| anyhow::anyhow!("cannot start the span exporter thread: {e}"))?;
+        Ok(Self {
             tx: Some(tx),
-            thread,
+            thread: Some(thread),
             endpoint,
-        }
+        })
     }
 
     pub(crate) fn send(&self, span: SpanData) {
@@ -167,7 +179,7 @@ impl Spans {
         }
     }
 
-    /// Send what is left (bounded by the exporter's timeout), then stop.
+    /// Send what is left (within the schedule's shutdown budget), then stop.
     pub(crate) fn shutdown(mut self) {
         drop(self.tx.take());
         if let Some(t) = self.thread.take() {
@@ -176,73 +188,105 @@ impl Spans {
     }
 }
 
-fn run(
-    exporter: opentelemetry_otlp::SpanExporter,
-    cause: Option<Cause>,
-    endpoint: String,
-    rx: mpsc::Receiver<SpanData>,
-    delay: Duration,
-) {
-    let mut pending: VecDeque<SpanData> = VecDeque::new();
-    let mut dropped = 0u64;
-    let mut failing = false;
-    let mut open = true;
-    while open {
-        let deadline = std::time::Instant::now() + delay;
-        // Gather until the delay is over or a batch is full.
-        while pending.len() < BATCH {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(s) => {
-                    if pending.len() >= MAX_PENDING {
-                        pending.pop_front();
-                        dropped += 1;
-                        if dropped.is_power_of_two() {
-                            eprintln!(
-                                "profiler: warning: OTLP span backlog full: {dropped} spans dropped so far"
-                            );
-                        }
-                    }
-                    pending.push_back(s);
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => break,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    open = false;
-                    break;
-                }
+/// Spans waiting to be sent: bounded, the oldest dropped first.
+#[derive(Default)]
+struct Pending {
+    spans: VecDeque<SpanData>,
+    dropped: u64,
+}
+
+impl Pending {
+    fn push(&mut self, s: SpanData) {
+        if self.spans.len() >= MAX_PENDING {
+            self.spans.pop_front();
+            self.dropped += 1;
+            if self.dropped.is_power_of_two() {
+                eprintln!(
+                    "profiler: warning: OTLP span backlog full: {} spans dropped so far",
+                    self.dropped
+                );
             }
         }
-        // Everything pending, a batch at a time; a batch that fails waits for the next round
-        // (at shutdown: one more try, then it is lost, with a warning).
-        while !pending.is_empty() {
-            let n = pending.len().min(BATCH);
-            let batch: Vec<SpanData> = pending.iter().take(n).cloned().collect();
-            match futures_executor::block_on(exporter.export(batch)) {
-                Ok(()) => {
-                    pending.drain(..n);
-                    if failing {
-                        failing = false;
-                        eprintln!("profiler: OTLP span export to {endpoint} works again");
-                    }
+        self.spans.push_back(s);
+    }
+}
+
+/// Whether the collector took the last batch (for saying so once when that changes).
+struct Link<'a> {
+    endpoint: &'a str,
+    cause: &'a Option<Cause>,
+    failing: bool,
+}
+
+impl Link<'_> {
+    /// Send one batch of the oldest pending spans; false when the collector did not take it
+    /// (the spans stay).
+    fn send_batch<E: SpanExporter>(&mut self, exporter: &E, p: &mut Pending) -> bool {
+        let n = p.spans.len().min(BATCH);
+        let batch: Vec<SpanData> = p.spans.iter().take(n).cloned().collect();
+        match futures_executor::block_on(exporter.export(batch)) {
+            Ok(()) => {
+                p.spans.drain(..n);
+                if self.failing {
+                    self.failing = false;
+                    eprintln!(
+                        "profiler: OTLP span export to {} works again",
+                        self.endpoint
+                    );
                 }
-                Err(e) => {
-                    if !failing {
-                        failing = true;
-                        eprintln!(
-                            "profiler: warning: OTLP span export to {endpoint} failed ({e}{}); \
-                             the spans are kept and sent again",
-                            cause_of(&cause)
-                        );
-                    }
-                    break;
+                true
+            }
+            Err(e) => {
+                if !self.failing {
+                    self.failing = true;
+                    eprintln!(
+                        "profiler: warning: OTLP span export to {} failed ({e}{}); the spans are \
+                         kept (at most {MAX_PENDING}) and sent again",
+                        self.endpoint,
+                        cause_of(self.cause)
+                    );
                 }
+                false
             }
         }
     }
-    if !pending.is_empty() {
+}
+
+/// Take every span as it comes (the queue stays bounded even while the collector is down),
+/// and send them all every `delay`; a failure waits for the next round.
+fn run<E: SpanExporter>(
+    exporter: &E,
+    cause: &Option<Cause>,
+    endpoint: &str,
+    rx: &mpsc::Receiver<SpanData>,
+    schedule: Schedule,
+) {
+    let mut p = Pending::default();
+    let mut link = Link {
+        endpoint,
+        cause,
+        failing: false,
+    };
+    let mut next = Instant::now() + schedule.delay;
+    loop {
+        match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Ok(s) => {
+                p.push(s);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        while !p.spans.is_empty() && link.send_batch(exporter, &mut p) {}
+        next = Instant::now() + schedule.delay;
+    }
+    // At exit: what is left, until a batch fails or the budget is spent.
+    let deadline = Instant::now() + schedule.shutdown;
+    while !p.spans.is_empty() && Instant::now() < deadline && link.send_batch(exporter, &mut p) {}
+    if !p.spans.is_empty() {
         eprintln!(
             "profiler: warning: {} exec spans could not be delivered to {endpoint}",
-            pending.len()
+            p.spans.len()
         );
     }
 }
@@ -271,7 +315,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = span_of(&r, &[("profiler.exec.path".into(), "step-1".into())]);
+        let s = span_of(&r, &[("profiler.exec.path".into(), "step-1".into())]).unwrap();
         assert_eq!(
             s.span_context.trace_id(),
             TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
@@ -301,10 +345,88 @@ mod tests {
             exec: "job".into(),
             ..Default::default()
         };
-        let s = span_of(&r, &[]);
+        let s = span_of(&r, &[]).unwrap();
         assert_eq!(s.parent_span_id, SpanId::INVALID);
         assert!(!s.parent_span_is_remote);
         assert_ne!(s.span_context.trace_id(), TraceId::INVALID);
         assert_eq!(s.name, "job");
+    }
+
+    /// A collector that takes a batch or not, as told, and counts what it took.
+    #[derive(Debug, Default)]
+    struct Fake {
+        up: std::sync::atomic::AtomicBool,
+        taken: std::sync::Mutex<usize>,
+        attempts: std::sync::atomic::AtomicUsize,
+    }
+
+    impl SpanExporter for Fake {
+        async fn export(&self, batch: Vec<SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.attempts.fetch_add(1, SeqCst);
+            if self.up.load(SeqCst) {
+                *self.taken.lock().unwrap() += batch.len();
+                Ok(())
+            } else {
+                Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                    "down".into(),
+                ))
+            }
+        }
+    }
+
+    fn span() -> SpanData {
+        span_of(&ExecReport::default(), &[]).unwrap()
+    }
+
+    #[test]
+    fn an_unsampled_trace_gets_no_span() {
+        let r = ExecReport {
+            ci: Some(CiContext {
+                trace: Some(TraceContext {
+                    trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+                    span_id: "00f067aa0ba902b7".into(),
+                    sampled: false,
+                    tracestate: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(span_of(&r, &[]).is_none());
+    }
+
+    #[test]
+    fn a_collector_that_is_down_keeps_spans_bounded_and_the_exit_bounded() {
+        use std::sync::{Arc, atomic::Ordering::SeqCst};
+        let fake = Arc::new(Fake::default());
+        let (tx, rx) = mpsc::channel();
+        let f = fake.clone();
+        let schedule = Schedule {
+            delay: Duration::from_millis(20),
+            shutdown: Duration::from_millis(200),
+        };
+        let t = std::thread::spawn(move || run(&*f, &None, "test", &rx, schedule));
+        for _ in 0..MAX_PENDING + 100 {
+            tx.send(span()).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        // Attempts every delay, not in a loop; nothing taken.
+        let attempts = fake.attempts.load(SeqCst);
+        assert!((1..=20).contains(&attempts), "{attempts} attempts");
+        fake.up.store(true, SeqCst);
+        std::thread::sleep(Duration::from_millis(200));
+        // Once up: what the bound kept, all of it.
+        assert_eq!(*fake.taken.lock().unwrap(), MAX_PENDING);
+        fake.up.store(false, SeqCst);
+        tx.send(span()).unwrap();
+        let started = Instant::now();
+        drop(tx);
+        t.join().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "exit waited {:?}",
+            started.elapsed()
+        );
     }
 }
