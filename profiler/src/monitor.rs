@@ -26,6 +26,10 @@ use crate::{
     sources::{BLOCK_START, BLOCK_START_FALLBACK},
 };
 
+/// How long a new exec may go without a first program before its series are exported
+/// nameless.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The attached cgroup directory (resolved, on the v2 mount).
@@ -284,14 +288,12 @@ impl Monitor {
     }
 
     /// Once more, when the exec's first program has started and the first lookup, made when
-    /// its cgroup appeared, found no container: runc writes its state only after it made the
-    /// cgroup, and before it starts the container's program.
+    /// its cgroup appeared, found no container or could not read it: runc writes its state only
+    /// after it made the cgroup, and before it starts the container's program.
     fn ask_again(&mut self, id: u64) {
-        if self
-            .execs
-            .get(id)
-            .is_some_and(|e| e.metadata_asked == 1 && e.metadata == Some(Lookup::NotContainer))
-        {
+        if self.execs.get(id).is_some_and(|e| {
+            e.metadata_asked == 1 && !matches!(e.metadata, None | Some(Lookup::Found(_)))
+        }) {
             self.request_metadata(id);
         }
     }
@@ -444,6 +446,9 @@ impl Monitor {
         net: ExecNet,
     ) -> ExecReport {
         let exec = self.execs.get(id).cloned().expect("finish of a known exec");
+        if exec.removed_ns.is_some() && self.metadata_pending.contains(&id) {
+            notes.push("container metadata had not arrived when the exec was reported".into());
+        }
         let stats = stats.unwrap_or_else(|| {
             notes.push("no kernel figures: the exec table was full (raise --max-execs)".into());
             ExecStats::default()
@@ -574,6 +579,24 @@ impl Monitor {
         out.extend(self.live()?);
         self.warn_drops();
         Ok(out)
+    }
+
+    /// Running execs whose names may still change: their runtime's answer is not in, or
+    /// their first program has not been seen and they are younger than [`SETTLE`]. Their
+    /// series wait (a series whose attributes change is a new series).
+    pub fn settling(&self) -> HashSet<u64> {
+        let now = monotonic_ns();
+        self.execs
+            .ids()
+            .into_iter()
+            .filter(|id| {
+                self.metadata_pending.contains(id)
+                    || self.execs.get(*id).is_some_and(|e| {
+                        e.command.is_none()
+                            && now.saturating_sub(e.started_ns) < SETTLE.as_nanos() as u64
+                    })
+            })
+            .collect()
     }
 
     /// Name an exec's record `name` instead of its path.

@@ -165,6 +165,24 @@ fn unmount_and_remove(dir: &Path) {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// A directory of the test's, removed on drop (also when the test fails).
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("profiler-test-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        Self(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        unmount_and_remove(&self.0);
+    }
+}
+
 /// Send SIGTERM to a daemon the test started, wait for it, SIGKILL after `patience`.
 fn stop_daemon(child: &mut Child, patience: Duration) {
     // SAFETY: signalling a process this test started.
@@ -261,6 +279,10 @@ impl Dockerd {
             .arg(exec.join("dockerd.pid"))
             .arg("-H")
             .arg(format!("unix://{}", socket.display()))
+            // No registry is used; should anything try one, it fails here, on loopback.
+            .env("HTTP_PROXY", "http://127.0.0.1:9")
+            .env("HTTPS_PROXY", "http://127.0.0.1:9")
+            .env("NO_PROXY", "")
             .stdin(Stdio::null())
             .stdout(fs::File::create(&log).unwrap())
             .stderr(fs::File::create(data.join("dockerd.err")).unwrap())
@@ -354,6 +376,8 @@ impl Podman {
             .arg(&self.root)
             .arg("--runroot")
             .arg(&self.run)
+            .arg("--tmpdir")
+            .arg(self.run.join("tmp"))
             .args([
                 "--cgroup-manager",
                 "cgroupfs",
@@ -471,9 +495,10 @@ impl Drop for Containerd {
 
 /// An OCI bundle for runc: the base image's root filesystem and a spec whose process is
 /// `args` and whose cgroup is `cgroup` (relative to the v2 root), with its own network
-/// namespace (loopback only).
+/// namespace (loopback only). Its container (named with [`Self::run`]) is deleted on drop.
 pub struct RuncBundle {
     pub dir: PathBuf,
+    id: Option<String>,
 }
 
 impl RuncBundle {
@@ -498,12 +523,24 @@ impl RuncBundle {
         spec["linux"]["cgroupsPath"] = format!("/{}", rel.display()).into();
         // runc spec's defaults: own pid, network, ipc, uts and mount namespaces.
         fs::write(&spec_path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
-        Self { dir }
+        Self { dir, id: None }
+    }
+
+    /// `runc run` the bundle as container `id`, to its end; returns its output.
+    pub fn run(&mut self, id: &str) -> String {
+        self.id = Some(id.to_owned());
+        let mut cmd = Command::new("runc");
+        cmd.args(["run", "--bundle", self.dir.to_str().unwrap()]);
+        cmd.args(no_pivot());
+        checked(cmd.arg(id))
     }
 }
 
 impl Drop for RuncBundle {
     fn drop(&mut self) {
+        if let Some(id) = &self.id {
+            let _ = Command::new("runc").args(["delete", "-f", id]).output();
+        }
         unmount_and_remove(&self.dir);
     }
 }

@@ -46,7 +46,8 @@ fn ci_step_and_trace_come_from_the_first_programs_environment() {
     assert_eq!(a["cicd.pipeline.name"], "CI");
     assert_eq!(a["cicd.pipeline.run.id"], "4242");
     assert_eq!(a["cicd.pipeline.task.name"], "build");
-    assert_eq!(a["cicd.worker.id"], "runner-7");
+    assert_eq!(a["cicd.worker.name"], "runner-7");
+    assert!(a.get("cicd.worker.id").is_none(), "{rec}");
     assert_eq!(
         a["cicd.pipeline.run.url.full"],
         "https://github.example/acme/app/actions/runs/4242"

@@ -210,8 +210,8 @@ fn buildkit_steps_are_execs_with_exact_figures() {
     );
     let parent = v2_mount().join("docker/buildkit");
     let usage0 = cpu_usage_usec(&parent);
-    let ctx = std::env::temp_dir().join(format!("profiler-test-build-{}", std::process::id()));
-    fs::create_dir_all(&ctx).unwrap();
+    let ctx = Scratch::new("build");
+    let ctx = &ctx.0;
     let steps = [
         "dd if=/dev/zero of=/io bs=1M count=32 oflag=direct status=none && rm /io && cpustat",
         "busy 400000 && cpustat",
@@ -235,7 +235,6 @@ fn buildkit_steps_are_execs_with_exact_figures() {
         "pt-build:1",
         ctx.to_str().unwrap(),
     ]);
-    let _ = fs::remove_dir_all(&ctx);
     let printed = steps_of(&build);
     let output_of = |step: &str| -> String {
         printed
@@ -362,8 +361,8 @@ fn podman_containers_are_execs_named_by_podman() {
 #[test]
 fn containerd_and_runc_containers_are_named_from_their_bundles() {
     let c = Containerd::start();
-    let rootfs = std::env::temp_dir().join(format!("profiler-test-rootfs-{}", std::process::id()));
-    fs::create_dir_all(&rootfs).unwrap();
+    let rootfs = Scratch::new("rootfs");
+    let rootfs = &rootfs.0;
     sh(&[
         "tar",
         "-C",
@@ -408,7 +407,6 @@ fn containerd_and_runc_containers_are_named_from_their_bundles() {
     );
     let (code, _, _) = p.stop();
     assert_eq!(code, 0);
-    let _ = fs::remove_dir_all(&rootfs);
 
     // runc alone, in a cgroup of the test's: the exec's metadata is found without --runtime.
     let name = format!("profiler-test-runc-{}", std::process::id());
@@ -416,11 +414,8 @@ fn containerd_and_runc_containers_are_named_from_their_bundles() {
     let cg = TestCgroup::new("runc");
     let p = Attached::start(&cg, &[]);
     let cid = format!("pt-runc-{}", std::process::id());
-    let bundle = RuncBundle::new("c1", &cg.path.join(&cid), &["sh", "-c", work]);
-    let mut run = vec!["runc", "run", "--bundle", bundle.dir.to_str().unwrap()];
-    run.extend(no_pivot());
-    run.push(&cid);
-    sh(&run);
+    let mut bundle = RuncBundle::new("c1", &cg.path.join(&cid), &["sh", "-c", work]);
+    bundle.run(&cid);
     let rec = p.wait_ended_where(&cid, secs(30), |r| r["exec"] == cid.as_str());
     assert_eq!(container(&rec, "runtime"), Some("runc"), "{rec}");
     assert_eq!(container(&rec, "id"), Some(cid.as_str()));

@@ -316,7 +316,6 @@ fn why_missing(
 // ------------------------------------------------------------------------------------------
 // The record's cgroup section.
 
-/// A group of figures with its source, or the reason it is missing.
 /// When a figure of the cgroup files was read.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -333,6 +332,7 @@ pub enum When {
     None,
 }
 
+/// A group of figures with its source, or the reason it is missing.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Sourced<T> {
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -57,6 +57,10 @@ pub struct CommonArgs {
     /// the exec's metrics as profiler.exec.env.NAME. Repeatable.
     #[arg(long = "ci-env", value_name = "NAME")]
     pub ci_env: Vec<String>,
+    /// Leave each exec's command line (process.command_line) out of the exported metrics and
+    /// spans: build commands may carry credentials. The local record keeps it.
+    #[arg(long)]
+    pub no_export_command_line: bool,
 }
 
 #[derive(Debug, Args)]

@@ -98,7 +98,12 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
                 mon.sample_files();
                 if let Some(x) = &exporters {
                     match mon.live() {
-                        Ok(rows) => x.live(&rows),
+                        // Not before an exec is named: its series would change attributes.
+                        Ok(mut rows) => {
+                            let settling = mon.settling();
+                            rows.retain(|r| !settling.contains(&r.cgroup_id));
+                            x.live(&rows)
+                        }
                         Err(e) => eprintln!("profiler: warning: {e:#}"),
                     }
                 }

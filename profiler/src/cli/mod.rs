@@ -134,6 +134,10 @@ pub(crate) fn start_exporters(common: &CommonArgs) -> Result<Option<Exporters>> 
     let otlp = otlp::resolve(&common.otlp)?;
     let attrs =
         ExecAttributes::new(common.exec_attributes.as_deref()).map_err(anyhow::Error::msg)?;
+    let attrs = ExecAttributes {
+        no_command_line: common.no_export_command_line,
+        ..attrs
+    };
     let x = Exporters::start(otlp, common.prometheus, attrs, common.max_execs as usize)?;
     for d in x.iter().flat_map(|x| x.describe()) {
         eprintln!("profiler: {d}");

@@ -135,6 +135,8 @@ pub struct ExecSeries {
 pub struct ExecAttributes {
     /// A user pattern: each named group that matches becomes an attribute.
     pub pattern: Option<Regex>,
+    /// Leave process.command_line out (build commands may carry credentials).
+    pub no_command_line: bool,
 }
 
 impl ExecAttributes {
@@ -150,7 +152,10 @@ impl ExecAttributes {
                 Ok(re)
             })
             .transpose()?;
-        Ok(Self { pattern })
+        Ok(Self {
+            pattern,
+            no_command_line: false,
+        })
     }
 
     /// The exec's attributes: its path and cgroup id, what its container runtime says of it
@@ -179,12 +184,14 @@ impl ExecAttributes {
             }
             None => put("container.id", container_id(path).as_ref()),
         }
-        put(
-            "process.command_line",
-            r.command
-                .as_ref()
-                .or(r.container.as_ref().and_then(|c| c.command.as_ref())),
-        );
+        if !self.no_command_line {
+            put(
+                "process.command_line",
+                r.command
+                    .as_ref()
+                    .or(r.container.as_ref().and_then(|c| c.command.as_ref())),
+            );
+        }
         if let Some(ci) = &r.ci {
             for (k, v) in &ci.attributes {
                 a.push(((*k).to_owned(), v.clone()));
@@ -478,6 +485,16 @@ mod tests {
         assert!(v.contains(&("profiler.exec.cgroup_id".into(), "9".into())));
         assert!(v.contains(&("process.command_line".into(), "make test".into())));
         assert!(!v.iter().any(|(k, _)| k.starts_with("container.")));
+        let quiet = ExecAttributes {
+            no_command_line: true,
+            ..a
+        };
+        assert!(
+            !quiet
+                .of(&r)
+                .iter()
+                .any(|(k, _)| k == "process.command_line")
+        );
         assert!(ExecAttributes::new(Some("(")).is_err());
         assert!(ExecAttributes::new(Some("no-groups")).is_err());
     }

@@ -53,10 +53,10 @@ impl Api {
             .bytes()
             .map_err(|e| format!("docker API {path}: {}", cause(&e)))?;
         if !status.is_success() {
-            return Err(format!(
-                "docker API {path}: {status}: {}",
-                String::from_utf8_lossy(&body).trim()
-            ));
+            // One line, whatever the daemon sent.
+            let text = String::from_utf8_lossy(&body);
+            let text: Vec<&str> = text.split_whitespace().collect();
+            return Err(format!("docker API {path}: {status}: {}", text.join(" ")));
         }
         serde_json::from_slice(&body)
             .map(Some)

@@ -115,7 +115,7 @@ enum Candidate<'a> {
     Hex(&'a str),
     /// `docker-ID.scope` (docker with the systemd cgroup driver).
     Docker(&'a str),
-    /// A BuildKit exec id (25 lower-case base32 characters), under `buildkit/` or as
+    /// A BuildKit exec id (25 lower-case base-36 characters), under `buildkit/` or as
     /// `docker-ID.scope`.
     BuildkitStep(&'a str),
     /// `libpod-ID`; `conmon` for podman's monitor process (`libpod-conmon-ID.scope`).
@@ -209,8 +209,11 @@ enum Source {
 
 impl Source {
     /// Look `cand` up. None: this source does not know it (another may).
-    fn lookup(&self, cand: Candidate<'_>) -> Option<Result<ContainerInfo, String>> {
+    fn lookup(&self, cand: Candidate<'_>, path: &str) -> Option<Result<ContainerInfo, String>> {
         use Candidate as C;
+        // A plain name is a container's only if its bundle put it in this very cgroup: a CI
+        // cgroup named `build` is not the ctr container `build`.
+        let here = |b: &oci::Bundle| !matches!(cand, C::Plain(_)) || b.in_cgroup(path);
         match (self, cand) {
             (Source::Docker(api), C::Hex(id) | C::Docker(id)) => api.inspect(id).transpose(),
             (Source::Buildkit(dir), C::BuildkitStep(id)) => Some(
@@ -235,19 +238,33 @@ impl Source {
                 Source::Containerd { state, namespace },
                 C::Hex(id) | C::Containerd(id) | C::Plain(id),
             ) => {
-                let dir = state
-                    .join("io.containerd.runtime.v2.task")
-                    .join(namespace)
-                    .join(id);
-                match oci::Bundle::read(&dir) {
-                    Ok(b) => Some(Ok(b.containerd_info(id))),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                    Err(e) => Some(Err(format!(
-                        "containerd: the bundle of {id} could not be read: {e}"
-                    ))),
+                // The configured namespace first, then the others (the CRI's is k8s.io).
+                let tasks = state.join("io.containerd.runtime.v2.task");
+                let mut namespaces = vec![namespace.clone()];
+                if let Ok(rd) = std::fs::read_dir(&tasks) {
+                    namespaces.extend(
+                        rd.flatten()
+                            .filter_map(|e| e.file_name().into_string().ok())
+                            .filter(|n| n != namespace),
+                    );
                 }
+                for ns in namespaces {
+                    match oci::Bundle::read(&tasks.join(&ns).join(id)) {
+                        Ok(b) if here(&b) => return Some(Ok(b.containerd_info(id))),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            return Some(Err(format!(
+                                "containerd: the bundle of {id} could not be read: {e}"
+                            )));
+                        }
+                    }
+                }
+                None
             }
-            (Source::Runc(root), C::Hex(id) | C::Plain(id)) => oci::runc_state(root, id),
+            (Source::Runc(root), C::Hex(id) | C::Plain(id)) => {
+                oci::runc_state(root, id, matches!(cand, C::Plain(_)).then_some(path))
+            }
             _ => None,
         }
     }
@@ -267,7 +284,7 @@ impl Sources {
         };
         let mut failure = None;
         for s in &self.list {
-            match s.lookup(cand) {
+            match s.lookup(cand, path) {
                 Some(Ok(info)) => return Lookup::Found(info),
                 Some(Err(why)) => {
                     failure.get_or_insert(why);
@@ -282,6 +299,10 @@ impl Sources {
         // knows: say so; an unremarkable name under auto-detection is just not a container.
         let shaped = !matches!(cand, Candidate::Plain(_));
         match (self.named, shaped) {
+            // Beside its containers, a runtime's cgroup parent holds what it does not make
+            // (with the systemd driver, every unit of the slice; dockerd's buildkit/): not
+            // containers, and nothing to say about them. containerd's ids can be any name.
+            (Some(k), false) if k != RuntimeKind::Containerd => Lookup::NotContainer,
             (Some(k), _) => Lookup::Missing(format!(
                 "{}: no container or step {} is known (it may have been removed before it \
                  was read)",
@@ -648,6 +669,19 @@ mod tests {
             named: Some(RuntimeKind::Containerd),
         };
         assert!(matches!(s.resolve("step"), Lookup::Missing(_)));
+        // Beside docker's containers, the units of the slice are no containers: no note.
+        let docker = Sources {
+            list: vec![Source::Runc(PathBuf::from("/nonexistent-runc-root"))],
+            named: Some(RuntimeKind::Docker),
+        };
+        assert_eq!(
+            docker.resolve("/system.slice/ssh.service"),
+            Lookup::NotContainer
+        );
+        assert!(matches!(
+            docker.resolve(&format!("/system.slice/docker-{H}.scope")),
+            Lookup::Missing(_)
+        ));
         let auto = Sources {
             list: vec![Source::Runc(PathBuf::from("/nonexistent-runc-root"))],
             named: None,

@@ -11,6 +11,8 @@ use super::{ContainerInfo, command_line};
 pub struct Bundle {
     args: Vec<String>,
     annotations: serde_json::Map<String, Value>,
+    /// linux.cgroupsPath: where the runtime puts the container.
+    cgroups_path: Option<String>,
 }
 
 impl Bundle {
@@ -32,7 +34,19 @@ impl Bundle {
             })
             .unwrap_or_default();
         let annotations = v["annotations"].as_object().cloned().unwrap_or_default();
-        Self { args, annotations }
+        let cgroups_path = v["linux"]["cgroupsPath"].as_str().map(str::to_owned);
+        Self {
+            args,
+            annotations,
+            cgroups_path,
+        }
+    }
+
+    /// Whether the bundle puts its container in the cgroup at `path` (from the v2 root).
+    pub fn in_cgroup(&self, path: &str) -> bool {
+        self.cgroups_path
+            .as_deref()
+            .is_some_and(|p| p.trim_end_matches('/') == path.trim_end_matches('/'))
     }
 
     pub fn command(&self) -> Option<String> {
@@ -61,8 +75,12 @@ impl Bundle {
 }
 
 /// A runc container's metadata from `<root>/<id>/state.json`; None when runc there has no
-/// such container.
-pub fn runc_state(root: &Path, id: &str) -> Option<Result<ContainerInfo, String>> {
+/// such container (or, with `in_cgroup`, none whose bundle puts it in that cgroup).
+pub fn runc_state(
+    root: &Path,
+    id: &str,
+    in_cgroup: Option<&str>,
+) -> Option<Result<ContainerInfo, String>> {
     let text = match fs::read(root.join(id).join("state.json")) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
@@ -79,9 +97,13 @@ pub fn runc_state(root: &Path, id: &str) -> Option<Result<ContainerInfo, String>
             .find_map(|s| s.strip_prefix("bundle="))
             .map(str::to_owned)
     });
-    let command = bundle
-        .and_then(|b| Bundle::read(Path::new(&b)).ok())
-        .and_then(|b| b.command());
+    let bundle = bundle.and_then(|b| Bundle::read(Path::new(&b)).ok());
+    if let Some(path) = in_cgroup
+        && !bundle.as_ref().is_some_and(|b| b.in_cgroup(path))
+    {
+        return None;
+    }
+    let command = bundle.and_then(|b| b.command());
     Some(Ok(ContainerInfo {
         runtime: "runc",
         id: id.to_owned(),
@@ -120,7 +142,7 @@ mod tests {
         fs::create_dir_all(&bundle).unwrap();
         fs::write(
             bundle.join("config.json"),
-            r#"{"process":{"args":["/bin/busy","200000"]}}"#,
+            r#"{"process":{"args":["/bin/busy","200000"]},"linux":{"cgroupsPath":"/ci/c1"}}"#,
         )
         .unwrap();
         fs::write(
@@ -131,10 +153,13 @@ mod tests {
             ),
         )
         .unwrap();
-        let c = runc_state(&dir.join("root"), "c1").unwrap().unwrap();
+        let c = runc_state(&dir.join("root"), "c1", None).unwrap().unwrap();
         assert_eq!(c.runtime, "runc");
         assert_eq!(c.command.as_deref(), Some("/bin/busy 200000"));
-        assert!(runc_state(&dir.join("root"), "c2").is_none());
+        assert!(runc_state(&dir.join("root"), "c1", Some("/ci/c1")).is_some());
+        // A cgroup of the same name elsewhere is not that container.
+        assert!(runc_state(&dir.join("root"), "c1", Some("/other/c1")).is_none());
+        assert!(runc_state(&dir.join("root"), "c2", None).is_none());
         fs::remove_dir_all(&dir).unwrap();
     }
 }
