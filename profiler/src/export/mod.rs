@@ -215,7 +215,7 @@ impl Exporters {
         let series: Vec<Arc<ExecSeries>> = reports.iter().map(|r| self.series(r)).collect();
         if let Some(o) = &self.otlp {
             for (r, s) in reports.iter().zip(&series) {
-                o.span(r, &s.attrs);
+                o.span(r, &s.attrs, !self.attrs.no_command_line);
             }
         }
         let mut sh = lock(&self.shared);

@@ -541,9 +541,9 @@ impl Otlp {
     }
 
     /// The span of an exec whose figures are final, with its attributes.
-    pub(crate) fn span(&self, r: &ExecReport, attrs: &[(String, String)]) {
+    pub(crate) fn span(&self, r: &ExecReport, attrs: &[(String, String)], by_command: bool) {
         if let Some(s) = &self.spans
-            && let Some(span) = span_of(r, attrs)
+            && let Some(span) = span_of(r, attrs, by_command)
         {
             s.send(span);
         }

@@ -37,14 +37,18 @@ fn time(unix_ns: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(unix_ns)
 }
 
-/// What the span is called: the container's name, else its command, else the exec's path.
-fn span_name(r: &ExecReport) -> String {
+/// What the span is called: the container's name, else its command (unless commands are
+/// kept off the export), else the exec's path.
+fn span_name(r: &ExecReport, by_command: bool) -> String {
     let c = r.container.as_ref();
     let given = |s: Option<&String>| s.filter(|s| !s.trim().is_empty()).cloned();
-    let name = given(c.and_then(|c| c.name.as_ref()))
-        .or_else(|| given(c.and_then(|c| c.command.as_ref())))
-        .or_else(|| given(r.command.as_ref()))
-        .unwrap_or_else(|| r.exec.clone());
+    let mut name = given(c.and_then(|c| c.name.as_ref()));
+    if by_command {
+        name = name
+            .or_else(|| given(c.and_then(|c| c.command.as_ref())))
+            .or_else(|| given(r.command.as_ref()));
+    }
+    let name = name.unwrap_or_else(|| r.exec.clone());
     if name.chars().count() > 128 {
         let mut s: String = name.chars().take(127).collect();
         s.push('…');
@@ -55,8 +59,13 @@ fn span_name(r: &ExecReport) -> String {
 }
 
 /// The span of an exec whose figures are final; none when its trace context says the trace
-/// is not sampled (its parent is not recorded either).
-pub(crate) fn span_of(r: &ExecReport, attrs: &[(String, String)]) -> Option<SpanData> {
+/// is not sampled (its parent is not recorded either). `by_command`: the span may be named
+/// by the exec's command.
+pub(crate) fn span_of(
+    r: &ExecReport,
+    attrs: &[(String, String)],
+    by_command: bool,
+) -> Option<SpanData> {
     let ids = RandomIdGenerator::default();
     let trace = r.ci.as_ref().and_then(|c| c.trace.as_ref());
     if trace.is_some_and(|t| !t.sampled) {
@@ -123,7 +132,7 @@ pub(crate) fn span_of(r: &ExecReport, attrs: &[(String, String)]) -> Option<Span
         parent_span_id,
         parent_span_is_remote: remote,
         span_kind: SpanKind::Internal,
-        name: Cow::Owned(span_name(r)),
+        name: Cow::Owned(span_name(r, by_command)),
         start_time: time(r.start_unix_ns),
         end_time: time(r.end_unix_ns.max(r.start_unix_ns)),
         attributes: kv,
@@ -315,7 +324,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = span_of(&r, &[("profiler.exec.path".into(), "step-1".into())]).unwrap();
+        let s = span_of(&r, &[("profiler.exec.path".into(), "step-1".into())], true).unwrap();
         assert_eq!(
             s.span_context.trace_id(),
             TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
@@ -327,6 +336,11 @@ mod tests {
         assert!(s.parent_span_is_remote);
         assert_ne!(s.span_context.span_id(), s.parent_span_id);
         assert_eq!(s.name, "make -j2");
+        let without = span_of(&r, &[], false).unwrap();
+        assert_eq!(
+            without.name, "step-1",
+            "a command kept off the export names no span"
+        );
         assert_eq!(
             s.end_time.duration_since(s.start_time).unwrap(),
             Duration::from_secs(2)
@@ -345,7 +359,7 @@ mod tests {
             exec: "job".into(),
             ..Default::default()
         };
-        let s = span_of(&r, &[]).unwrap();
+        let s = span_of(&r, &[], true).unwrap();
         assert_eq!(s.parent_span_id, SpanId::INVALID);
         assert!(!s.parent_span_is_remote);
         assert_ne!(s.span_context.trace_id(), TraceId::INVALID);
@@ -376,7 +390,7 @@ mod tests {
     }
 
     fn span() -> SpanData {
-        span_of(&ExecReport::default(), &[]).unwrap()
+        span_of(&ExecReport::default(), &[], true).unwrap()
     }
 
     #[test]
@@ -393,7 +407,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(span_of(&r, &[]).is_none());
+        assert!(span_of(&r, &[], true).is_none());
     }
 
     #[test]
