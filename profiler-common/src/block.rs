@@ -38,8 +38,10 @@ pub fn lat_bucket_floor_ns(i: usize) -> u64 {
 }
 
 /// Block-layer figures of an exec: each request counted once, at its first dispatch to the
-/// driver; latency from its last issue to its completion.
-#[repr(C)]
+/// driver; latency from its last issue to its completion. The counts (written at issue, on
+/// the submitting CPU) and the latencies (written at completion, often on another CPU) are
+/// on cache lines of their own.
+#[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DiskStats {
     pub read_bytes: u64,
@@ -49,6 +51,7 @@ pub struct DiskStats {
     pub discard_bytes: u64,
     pub discard_reqs: u64,
     pub flush_reqs: u64,
+    pub _pad: u64,
     pub read_lat_sum_ns: u64,
     pub write_lat_sum_ns: u64,
     pub read_lat: [u64; LAT_BUCKETS],
@@ -65,6 +68,7 @@ impl Default for DiskStats {
             discard_bytes: 0,
             discard_reqs: 0,
             flush_reqs: 0,
+            _pad: 0,
             read_lat_sum_ns: 0,
             write_lat_sum_ns: 0,
             read_lat: [0; LAT_BUCKETS],
@@ -73,19 +77,50 @@ impl Default for DiskStats {
     }
 }
 
-/// Block request (key: request pointer). The block layer reuses its preallocated requests, so
-/// an entry stays with its pointer: `exec_id` 0 when the request is idle (completed).
+/// What is known of a block request from its start to its completion: in its slot of the
+/// `REQUESTS` table (see [`RequestSlot`]), or for a bio before 6.5 in `BIO_ORIGIN`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Inflight {
     pub exec_id: u64,
-    /// When the request was made: userspace removes entries whose request never completed in
-    /// view (merged into another request) after a minute.
+    /// When the request was made: userspace frees the slots of requests that never completed
+    /// in view (merged into another request) after a minute.
     pub start_ns: u64,
     pub issue_ns: u64,
     pub op: u32,
     /// 1 when the request carries a cache flush (REQ_PREFLUSH).
     pub preflush: u32,
+    /// The exec's slot in `EXECS` and `DISK`.
+    pub slot: u32,
+    pub _pad: u32,
+}
+
+/// Slots of the `REQUESTS` table (a power of two) and how many consecutive slots a request
+/// may take (from the one its pointer hashes to).
+pub const REQUEST_SLOTS: u32 = 16384;
+pub const REQUEST_PROBES: u32 = 4;
+/// Low bit of [`RequestSlot::owner`]: the request is between its start and its completion.
+pub const REQUEST_BUSY: u64 = 1;
+
+/// A slot of the `REQUESTS` table, an array indexed by a hash of the request pointer: a hash
+/// map lookup cost hundreds of ns per block program on the project's machines, an array
+/// lookup is inlined. The block layer reuses its preallocated requests, so a request keeps its
+/// slot: `owner` is its pointer, with [`REQUEST_BUSY`] while in flight; an idle slot can be
+/// taken by another request (compare-and-swap). One cache line each, so that requests
+/// completing on different CPUs do not share one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestSlot {
+    pub owner: u64,
+    pub info: Inflight,
+    pub _pad: [u64; 2],
+}
+
+/// The first slot of a request pointer's probe sequence: nearby requests (the block layer
+/// allocates them in arrays) stay in nearby slots.
+#[inline(always)]
+pub fn request_slot(rq: u64) -> u32 {
+    ((rq >> 6) ^ (rq >> 20)) as u32 & (REQUEST_SLOTS - 1)
 }
 
 /// Request classes for [`Inflight::op`].
@@ -94,3 +129,5 @@ pub const OP_WRITE: u32 = 1;
 pub const OP_FLUSH: u32 = 2;
 pub const OP_DISCARD: u32 = 3;
 pub const OP_OTHER: u32 = 4;
+
+const _: () = assert!(core::mem::size_of::<RequestSlot>() == 64);

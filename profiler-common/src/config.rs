@@ -18,4 +18,7 @@ pub struct Config {
     /// Inode number of the host's network namespace (execs running there are counted by
     /// their sockets only).
     pub host_netns_inum: u32,
+    /// Slots of the `EXECS` and `CGROUPS` tables.
+    pub exec_slots: u32,
+    pub cgroup_slots: u32,
 }

@@ -3,20 +3,53 @@
 
 use crate::*;
 
-/// Value of the cgroups map: which exec a cgroup of the subtree belongs to.
+/// Which exec a cgroup of the subtree belongs to.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CgroupEntry {
     pub exec_id: u64,
     /// Depth below the attached cgroup (0 for the attached cgroup itself).
     pub depth: u32,
-    pub _pad: u32,
+    /// The exec's slot in the `EXECS` table, [`NO_SLOT`] when it got none (table full).
+    pub slot: u32,
 }
 
-/// Per-exec totals kept by the kernel side (value of the execs map).
+/// [`CgroupEntry::slot`] of an exec that has no slot.
+pub const NO_SLOT: u32 = u32::MAX;
+
+// The two tables the programs look up on every event, `CGROUPS` (cgroup id -> entry) and
+// `EXECS` (the execs' totals), are arrays with open addressing, not hash maps: a hash map
+// lookup cost hundreds of ns on the project's machines, an array lookup is inlined by the
+// verifier. A key takes the first free slot of the `TABLE_PROBES` slots from `table_start`;
+// a slot is taken by compare-and-swap of its `owner` (0 when free), and freed by userspace.
+// Both are mapped into userspace (BPF_F_MMAPABLE).
+
+/// Slots a key may take (see [`table_probe`]).
+pub const TABLE_PROBES: u32 = 8;
+
+/// The `i`th slot of `key`'s probe sequence in a table of `n` slots.
+#[inline(always)]
+pub fn table_probe(key: u64, n: u32, i: u32) -> u32 {
+    let n = if n == 0 { 1 } else { n };
+    let j = ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % n as u64) as u32 + i;
+    if j >= n { j - n } else { j }
+}
+
+/// A slot of the `CGROUPS` table: `owner` is the cgroup id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupSlot {
+    pub owner: u64,
+    pub entry: CgroupEntry,
+    pub _pad: u64,
+}
+
+/// An exec's totals kept by the kernel side: a slot of the `EXECS` table, whose `owner` is
+/// the exec id. Userspace zeroes a slot before it frees it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExecStats {
+    pub owner: u64,
     /// Sum over the exec's ended tasks of their counters (minus any baseline).
     pub ended: TaskCounters,
     pub disk: DiskStats,
@@ -71,3 +104,5 @@ pub struct ExecFinalEvent {
     /// cgroup's removal while its last tasks were exiting), the last one takes them again.
     pub pending: u64,
 }
+
+const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 32);

@@ -35,10 +35,12 @@ mod pod {
     unsafe impl aya::Pod for Config {}
     unsafe impl aya::Pod for FinalOffsets {}
     unsafe impl aya::Pod for CgroupEntry {}
+    unsafe impl aya::Pod for CgroupSlot {}
     unsafe impl aya::Pod for TaskCounters {}
     unsafe impl aya::Pod for ExecStats {}
     unsafe impl aya::Pod for TaskBaseline {}
     unsafe impl aya::Pod for Inflight {}
+    unsafe impl aya::Pod for RequestSlot {}
     unsafe impl aya::Pod for IoWait {}
     unsafe impl aya::Pod for SockTraffic {}
     unsafe impl aya::Pod for NetnsEntry {}

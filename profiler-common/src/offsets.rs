@@ -129,6 +129,9 @@ btf_offsets! {
         /// When the block layer made the request (0 without I/O stats); without it the programs
         /// read the clock.
         rq_start_time_ns: Quiet "request" "start_time_ns" 8,
+        /// When the block layer last issued the request, stamped just after block_rq_issue
+        /// (0 until its first issue, and without I/O statistics on the queue).
+        rq_io_start_time_ns: Quiet "request" "io_start_time_ns" 8,
         bio_opf: Optional "bio" "bi_opf" 4,
         bio_blkg: Optional "bio" "bi_blkg" 8,
         blkg_blkcg: Optional "blkcg_gq" "blkcg" 8,

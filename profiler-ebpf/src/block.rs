@@ -1,23 +1,27 @@
 //! Block IO: each request counted once, at its first issue, charged to the exec that caused
 //! it; latency from its last issue to completion.
 
+use core::{
+    intrinsics::{AtomicOrdering, atomic_cxchg},
+    ptr::{read_volatile, write_volatile},
+};
+
 use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
     helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map},
-    maps::HashMap,
+    maps::{Array, HashMap},
     programs::BtfTracePointContext,
 };
 use profiler_common::*;
 
 use crate::{config::*, maps::*, read::*};
 
-/// Request pointer -> exec and issue time, from request start to completion. A plain hash:
-/// an LRU hash was seen to evict live entries long before it was full (inserts and deletes
-/// happen on different CPUs), losing a request's bytes. Entries of requests whose completion
-/// is never seen are replaced when the request pointer is reused, or removed by userspace after
-/// a minute (start_ns).
+/// Block requests from their start to their completion, in slots by request pointer (see
+/// RequestSlot). Userspace maps it to free the slots of requests whose completion never came.
 #[map]
-pub(crate) static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(16384, 0);
+pub(crate) static REQUESTS: Array<RequestSlot> =
+    Array::with_max_entries(REQUEST_SLOTS, BPF_F_MMAPABLE);
 
 /// Bio pointer -> its origin, from block_getrq to the first issue of its request (kernels
 /// before 6.5, which lack block_io_start).
@@ -36,7 +40,7 @@ pub(crate) static BIO_ORIGIN: HashMap<u64, Inflight> = HashMap::with_max_entries
 #[inline(always)]
 pub(crate) fn bio_origin(bio: *const u8, opf: u32, by_task: bool) -> Option<Inflight> {
     let exec_depth = global(&CONFIG.exec_depth);
-    let mut exec_id = 0u64;
+    let mut exec = None;
     if global(&CONFIG.blkcg_attribution) != 0 {
         // cgroup writeback: the bio carries the blkcg of the cgroup that dirtied the pages.
         let blkg = ld_ptr(bio, off!(bio_blkg));
@@ -45,17 +49,18 @@ pub(crate) fn bio_origin(bio: *const u8, opf: u32, by_task: bool) -> Option<Infl
         if let Some(e) = entry_of(cgroup_id(cgrp)) {
             // A blkcg above exec depth only says the io controller is not delegated further.
             if e.depth >= exec_depth {
-                exec_id = e.exec_id;
+                exec = Some(e);
             }
         }
     }
-    if exec_id == 0 {
-        if !by_task {
-            return None;
+    let e = match exec {
+        Some(e) => e,
+        None if by_task => {
+            // SAFETY: helper without arguments.
+            entry_of(unsafe { bpf_get_current_cgroup_id() })?
         }
-        // SAFETY: helper without arguments.
-        exec_id = entry_of(unsafe { bpf_get_current_cgroup_id() })?.exec_id;
-    }
+        None => return None,
+    };
     let preflush_bit = global(&REQ_PREFLUSH_BIT);
     let op = match opf & 0xff {
         0 => OP_READ,
@@ -66,11 +71,13 @@ pub(crate) fn bio_origin(bio: *const u8, opf: u32, by_task: bool) -> Option<Infl
     };
     let preflush = preflush_bit < 32 && opf & (1u32 << (preflush_bit & 31)) != 0;
     Some(Inflight {
-        exec_id,
+        exec_id: e.exec_id,
         start_ns: 0,
         issue_ns: 0,
         op,
         preflush: preflush as u32,
+        slot: e.slot,
+        _pad: 0,
     })
 }
 
@@ -86,26 +93,91 @@ pub(crate) fn request_time(rq: *const u8) -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// Start following a request. Requests are preallocated by the block layer and reused, so
-/// each request pointer keeps its INFLIGHT entry (exec_id 0 when idle), rewritten in place:
-/// a lookup, where an insert and a delete per request each took the bucket lock and the
-/// element free list. An entry still in flight and issued means the completion of the request
-/// that last used the pointer never reached the profiler.
+/// A request pointer's address as a number. The verifier forbids arithmetic on a pointer;
+/// a copy of it made by a helper is a number.
+#[inline(always)]
+pub(crate) fn address(rq: *const u8) -> u64 {
+    let spilled = rq;
+    rd::<u64>(&spilled as *const *const u8 as *const u8, 0)
+}
+
+/// The `i`th slot of a request's probe sequence.
+#[inline(always)]
+fn probe(rq: u64, i: u32) -> Option<*mut RequestSlot> {
+    REQUESTS.get_ptr_mut((request_slot(rq) + i) & (REQUEST_SLOTS - 1))
+}
+
+/// The slot of a request in flight, and the request's address.
+#[inline(always)]
+pub(crate) fn find_request(rq: *const u8) -> Option<(*mut RequestSlot, u64)> {
+    let key = address(rq);
+    let busy = key | REQUEST_BUSY;
+    for i in 0..REQUEST_PROBES {
+        let s = probe(key, i)?;
+        // SAFETY: a map value; owner is only changed whole.
+        if unsafe { read_volatile(&(*s).owner) } == busy {
+            return Some((s, key));
+        }
+    }
+    None
+}
+
+/// Start following a request: take its slot, the one it had last time when it is still
+/// there (the block layer reuses its requests, and a slot stays with its request while idle),
+/// else the first idle one of its probe sequence. A slot of this request still busy means the
+/// completion of its last use never reached the profiler.
 #[inline(always)]
 pub(crate) fn track_request(rq: *const u8, v: &Inflight) {
-    let key = rq as u64;
-    if let Some(p) = INFLIGHT.get_ptr_mut(&key) {
-        // SAFETY: this request's entry: only its own events (which do not overlap) write it.
-        let e = unsafe { &mut *p };
-        if e.exec_id != 0 && e.issue_ns != 0 {
-            drop_count(DropReason::CompletionUnseen);
-        }
-        *e = *v;
+    let key = address(rq);
+    if key == 0 {
         return;
     }
-    if INFLIGHT.insert(&key, v, 0).is_err() {
-        drop_count(DropReason::InflightFull);
+    let busy = key | REQUEST_BUSY;
+    for i in 0..REQUEST_PROBES {
+        let Some(s) = probe(key, i) else { return };
+        // SAFETY: a map value; owner changes by compare-and-swap, or by a plain store from
+        // the request that holds the slot busy.
+        unsafe {
+            let o = read_volatile(&(*s).owner);
+            if o == busy {
+                if (*s).info.exec_id != 0 && (*s).info.issue_ns != 0 {
+                    drop_count(DropReason::CompletionUnseen);
+                }
+                write_volatile(&mut (*s).info, *v);
+                return;
+            }
+            if o == key
+                && atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+                    &mut (*s).owner,
+                    key,
+                    busy,
+                )
+                .1
+            {
+                write_volatile(&mut (*s).info, *v);
+                return;
+            }
+        }
     }
+    for i in 0..REQUEST_PROBES {
+        let Some(s) = probe(key, i) else { return };
+        // SAFETY: as above.
+        unsafe {
+            let o = read_volatile(&(*s).owner);
+            if o & REQUEST_BUSY == 0
+                && atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+                    &mut (*s).owner,
+                    o,
+                    busy,
+                )
+                .1
+            {
+                write_volatile(&mut (*s).info, *v);
+                return;
+            }
+        }
+    }
+    drop_count(DropReason::InflightFull);
 }
 
 /// A request whose start no program saw: before 6.5 its bio as block_getrq saw it; otherwise
@@ -129,7 +201,7 @@ pub(crate) fn unseen_request(rq: *const u8) -> Option<Inflight> {
 /// Count a request once: its bytes and class, into its exec's totals.
 #[inline(always)]
 pub(crate) fn count_request(inf: &Inflight, bytes: u32) {
-    let Some(stats) = stats_of(inf.exec_id) else {
+    let Some(stats) = stats_of(inf.slot) else {
         return;
     };
     let d = &mut stats.disk;
@@ -185,11 +257,18 @@ pub fn block_getrq(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let rq: *const u8 = ctx.arg(0);
+    // Issued before and requeued: it was counted at its first issue, and the block layer
+    // stamps each issue itself when the queue keeps I/O statistics (its stamp is 0 until the
+    // first issue), which the completion then takes. Requeues are common under load (~0.85
+    // per request of two concurrent direct-IO writers on virtio): one load each.
+    if ld::<u64>(rq, off!(rq_io_start_time_ns)) != 0 {
+        return 0;
+    }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(p) = INFLIGHT.get_ptr_mut(&(rq as u64)) {
-        // SAFETY: map value of this request; only this request's events touch it.
-        let v = unsafe { &mut *p };
+    if let Some((p, _)) = find_request(rq) {
+        // SAFETY: the slot of this request in flight; only this request's events touch it.
+        let v = unsafe { &mut (*p).info };
         if v.exec_id != 0 {
             if v.issue_ns == 0 {
                 // First issue: the request's size is final (no merge after dispatch).
@@ -221,26 +300,24 @@ pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
 pub(crate) fn try_rq_complete(rq: *const u8, error: bool, nr_bytes: u32) -> Option<()> {
     // A request may complete in parts; it is done when this part covers what is left.
     let done = nr_bytes >= ld::<u32>(rq, off!(rq_data_len));
-    let entry = INFLIGHT.get_ptr_mut(&(rq as u64));
-    // SAFETY: plain data copied out.
-    let inf = match entry.map(|p| unsafe { *p }) {
-        Some(v) if v.exec_id != 0 => {
-            if done {
-                if let Some(p) = entry {
-                    // Idle again (see track_request).
-                    // SAFETY: this request's entry: only its own events write it.
-                    unsafe {
-                        (*p).exec_id = 0;
-                        (*p).issue_ns = 0;
-                    }
+    let inf = match find_request(rq) {
+        Some((p, key)) => {
+            // SAFETY: the slot of this request in flight; only its own events write it.
+            unsafe {
+                let v = (*p).info;
+                if done {
+                    // Idle again: the slot stays with the request (see track_request).
+                    (*p).info.exec_id = 0;
+                    (*p).info.issue_ns = 0;
+                    write_volatile(&mut (*p).owner, key);
                 }
+                v
             }
-            v
         }
-        // Without an entry: a request never issued (a cache flush that the flush machinery
+        // Without a slot: a request never issued (a cache flush that the flush machinery
         // carried out, known by its bio before 6.5), or one whose start and issue no program
         // saw.
-        _ => unseen_request(rq)?,
+        None => unseen_request(rq)?,
     };
     if inf.issue_ns == 0 {
         // Not seen issued: counted here, without a latency.
@@ -249,7 +326,7 @@ pub(crate) fn try_rq_complete(rq: *const u8, error: bool, nr_bytes: u32) -> Opti
         }
         return Some(());
     }
-    let d = &mut stats_of(inf.exec_id)?.disk;
+    let d = &mut stats_of(inf.slot)?.disk;
     if error {
         // Counted at issue; these bytes were not transferred.
         let undo = 0u64.wrapping_sub(nr_bytes as u64);
@@ -263,8 +340,13 @@ pub(crate) fn try_rq_complete(rq: *const u8, error: bool, nr_bytes: u32) -> Opti
     if !done {
         return Some(());
     }
+    // From the last issue: the block layer's own stamp when it keeps one (see block_rq_issue).
+    let issued = match ld::<u64>(rq, off!(rq_io_start_time_ns)) {
+        0 => inf.issue_ns,
+        t => t,
+    };
     // SAFETY: helper without arguments.
-    let lat = unsafe { bpf_ktime_get_ns() }.saturating_sub(inf.issue_ns);
+    let lat = unsafe { bpf_ktime_get_ns() }.saturating_sub(issued);
     let b = lat_bucket(lat);
     let (sum, buckets) = match inf.op {
         OP_READ => (&mut d.read_lat_sum_ns, &mut d.read_lat),

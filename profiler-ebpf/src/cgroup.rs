@@ -2,7 +2,7 @@
 //! tasks moving in.
 
 use aya_ebpf::{
-    bindings::{BPF_NOEXIST, BPF_RB_FORCE_WAKEUP},
+    bindings::BPF_RB_FORCE_WAKEUP,
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
@@ -35,25 +35,24 @@ pub(crate) fn try_cgroup_mkdir(cgrp: *const u8, path: *const u8) -> Option<()> {
     } else {
         parent.exec_id
     };
-    if exec_id == id {
-        let zero = ZERO_STATS.get(0)?;
-        if let Err(e) = EXECS.insert(&id, zero, BPF_NOEXIST as u64) {
-            if e != -17 {
-                drop_count(DropReason::ExecsFull); // -EEXIST is fine: userspace got there first
-                return None;
-            }
+    let slot = if exec_id == id {
+        let slot = exec_slot(id);
+        if slot == NO_SLOT {
+            drop_count(DropReason::ExecsFull);
+            return None;
         }
-    }
+        slot
+    } else {
+        parent.slot
+    };
     let entry = CgroupEntry {
         exec_id,
         depth,
-        _pad: 0,
+        slot,
     };
-    if let Err(e) = CGROUPS.insert(&id, &entry, BPF_NOEXIST as u64) {
-        if e != -17 {
-            drop_count(DropReason::CgroupsFull);
-            return None;
-        }
+    if !insert_entry(id, &entry) {
+        drop_count(DropReason::CgroupsFull);
+        return None;
     }
     let kind = if exec_id == id {
         EV_EXEC_CREATED
@@ -100,7 +99,7 @@ pub fn cgroup_rmdir(ctx: BtfTracePointContext) -> i32 {
         let id = cgroup_id(cgrp);
         if let Some(entry) = entry_of(id) {
             if entry.exec_id == id {
-                let pending = match stats_of(id) {
+                let pending = match stats_of(entry.slot) {
                     Some(st) => {
                         st.removed = 1;
                         st.pending
@@ -142,7 +141,8 @@ pub(crate) fn try_attach_task(dst: *const u8, task: *const u8) -> Option<()> {
     // SAFETY: plain data copied out.
     if let Some(old) = unsafe { BASELINES.get(&pid) }.copied() {
         if old.start_time_ns == start && Some(old.exec_id) != dst_entry.map(|e| e.exec_id) {
-            if let Some(stats) = stats_of(old.exec_id) {
+            let old_slot = entry_of(old.exec_id).map_or(NO_SLOT, |e| e.slot);
+            if let Some(stats) = stats_of(old_slot) {
                 let moved = rec.counters.since(&old.counters);
                 let m = moved.as_array();
                 let ended = stats.ended.as_array_mut();

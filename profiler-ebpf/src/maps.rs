@@ -1,24 +1,30 @@
 //! The maps more than one source uses: the subtree's cgroups and execs, tasks' baselines and
 //! IO waits, the records to userspace and the drop counters; and the helpers that use them.
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
+use core::{
+    intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd},
+    ptr::read_volatile,
+};
 
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_F_MMAPABLE, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use profiler_common::*;
 
+use crate::config::*;
+
 // Maps. Sizes are defaults; userspace may change them before load.
 
-/// Every cgroup of the watched subtree -> its exec.
+/// Every cgroup of the watched subtree -> its exec (open addressing by cgroup id: see
+/// `TABLE_PROBES` in profiler-common). Userspace sets the size (CONFIG.cgroup_slots).
 #[map]
-pub(crate) static CGROUPS: HashMap<u64, CgroupEntry> = HashMap::with_max_entries(16384, 0);
+pub(crate) static CGROUPS: Array<CgroupSlot> = Array::with_max_entries(16384, BPF_F_MMAPABLE);
 
-/// Exec id -> totals.
+/// The execs' totals, by slot (open addressing by exec id; CONFIG.exec_slots slots).
 #[map]
-pub(crate) static EXECS: HashMap<u64, ExecStats> = HashMap::with_max_entries(4096, 0);
+pub(crate) static EXECS: Array<ExecStats> = Array::with_max_entries(4096, BPF_F_MMAPABLE);
 
 /// Tid -> counters at the moment the task came under the profiler while already running.
 #[map]
@@ -40,10 +46,6 @@ pub(crate) const RING_BYTES: u32 = 1 << 20;
 #[map]
 pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_COUNTERS, 0);
 
-/// Zeroed ExecStats to insert from (too big for the 512-byte BPF stack). Never written.
-#[map]
-pub(crate) static ZERO_STATS: PerCpuArray<ExecStats> = PerCpuArray::with_max_entries(1, 0);
-
 /// Per-CPU scratch record for building a TaskRecord off the stack.
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<TaskRecord> = PerCpuArray::with_max_entries(1, 0);
@@ -64,14 +66,87 @@ pub(crate) fn add(field: &mut u64, v: u64) {
 }
 
 #[inline(always)]
-pub(crate) fn entry_of(cgroup_id: u64) -> Option<CgroupEntry> {
-    // SAFETY: entries are plain data, copied out.
-    unsafe { CGROUPS.get(&cgroup_id) }.copied()
+fn cas(word: *mut u64, old: u64, new: u64) -> bool {
+    // SAFETY: an aligned u64 of a map value.
+    unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(word, old, new)
+            .1
+    }
 }
 
+/// The cgroup's entry, if it belongs to the watched subtree.
 #[inline(always)]
-pub(crate) fn stats_of(exec_id: u64) -> Option<&'static mut ExecStats> {
-    match EXECS.get_ptr_mut(&exec_id) {
+pub(crate) fn entry_of(cgroup_id: u64) -> Option<CgroupEntry> {
+    let n = global(&CONFIG.cgroup_slots);
+    for i in 0..TABLE_PROBES {
+        let s = CGROUPS.get_ptr(table_probe(cgroup_id, n, i))?;
+        // SAFETY: a map value; its owner is written last when the slot is taken.
+        unsafe {
+            if read_volatile(&(*s).owner) == cgroup_id {
+                return Some(read_volatile(&(*s).entry));
+            }
+        }
+    }
+    None
+}
+
+/// Add the cgroup to CGROUPS (false when the table is full). Already there (userspace got
+/// there first) is fine.
+#[inline(always)]
+pub(crate) fn insert_entry(cgroup_id: u64, entry: &CgroupEntry) -> bool {
+    let n = global(&CONFIG.cgroup_slots);
+    for i in 0..TABLE_PROBES {
+        let Some(s) = CGROUPS.get_ptr_mut(table_probe(cgroup_id, n, i)) else {
+            return false;
+        };
+        // SAFETY: a map value. A slot is taken by compare-and-swap of its owner to a
+        // placeholder, filled, then given its owner.
+        unsafe {
+            let o = read_volatile(&(*s).owner);
+            if o == cgroup_id {
+                return true;
+            }
+            if o == 0 && cas(&mut (*s).owner, 0, u64::MAX) {
+                core::ptr::write_volatile(&mut (*s).entry, *entry);
+                core::ptr::write_volatile(&mut (*s).owner, cgroup_id);
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// The exec's slot in EXECS: the first of its probe sequence that it owns or that is free
+/// (taken by compare-and-swap). Kernel and userspace scan in the same order and never free a
+/// slot while both may take one, so an exec gets one slot. NO_SLOT when the table is full.
+#[inline(always)]
+pub(crate) fn exec_slot(exec_id: u64) -> u32 {
+    let n = global(&CONFIG.exec_slots);
+    for i in 0..TABLE_PROBES {
+        let j = table_probe(exec_id, n, i);
+        let Some(s) = EXECS.get_ptr_mut(j) else {
+            return NO_SLOT;
+        };
+        // SAFETY: a map value; owner changes only by compare-and-swap (and userspace's free).
+        unsafe {
+            let o = read_volatile(&(*s).owner);
+            if o == exec_id
+                || (o == 0
+                    && (cas(&mut (*s).owner, 0, exec_id) || read_volatile(&(*s).owner) == exec_id))
+            {
+                return j;
+            }
+        }
+    }
+    NO_SLOT
+}
+
+/// The totals at an exec's slot. Userspace frees an ended exec's slot only some seconds after
+/// its cgroups were forgotten, so that a program still holding the slot (a request in flight)
+/// adds to that exec, not to the next one.
+#[inline(always)]
+pub(crate) fn stats_of(slot: u32) -> Option<&'static mut ExecStats> {
+    match EXECS.get_ptr_mut(slot) {
         // SAFETY: map values stay valid for the program's run; fields are updated atomically.
         Some(p) => Some(unsafe { &mut *p }),
         None => {

@@ -137,7 +137,7 @@ pub(crate) fn count_sock(ctx: &SkBuffContext, tx: bool) -> Option<()> {
     // SAFETY: the context pointer of a cgroup_skb program; the helper takes it as is.
     let id = unsafe { helper::bpf_skb_cgroup_id(skb) };
     let entry = entry_of(id)?;
-    let stats = stats_of(entry.exec_id)?;
+    let stats = stats_of(entry.slot)?;
     // SAFETY: context field loads, rewritten by the verifier.
     let (len, ifindex) = unsafe { ((*skb).len as u64, (*skb).ifindex) };
     let t = &mut stats.sock;

@@ -27,7 +27,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 pub(crate) fn try_fork(parent: *const u8, child: *const u8) -> Option<()> {
     // The child's own cgroup: clone3(CLONE_INTO_CGROUP) may start it outside its parent's.
     let entry = entry_of(task_cgroup_id(child))?;
-    let stats = stats_of(entry.exec_id)?;
+    let stats = stats_of(entry.slot)?;
     let pid = ld::<u32>(child, off!(task_pid));
     let tgid = ld::<u32>(child, off!(task_tgid));
     if pid == tgid {
@@ -57,7 +57,7 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
 pub(crate) fn try_exec(task: *const u8) -> Option<()> {
     // SAFETY: helper without arguments.
     let entry = entry_of(unsafe { bpf_get_current_cgroup_id() })?;
-    let stats = stats_of(entry.exec_id)?;
+    let stats = stats_of(entry.slot)?;
     add(&mut stats.execve, 1);
     // An exec's first programs wake the reader, which reads their environment (CI step,
     // trace context) while they run; a runtime's own init may come first, hence two.
@@ -108,7 +108,7 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     // SAFETY: helper without arguments.
     if let Some(entry) = entry_of(unsafe { bpf_get_current_cgroup_id() }) {
-        if let Some(stats) = stats_of(entry.exec_id) {
+        if let Some(stats) = stats_of(entry.slot) {
             add(&mut stats.task_exits, 1);
             // Until its last context switch, the task's final counters are still to come.
             add(&mut stats.pending, 1);
@@ -137,7 +137,7 @@ pub(crate) fn task_end(task: *const u8) -> Option<()> {
     if had_iowait {
         let _ = IOWAITS.remove(&rec.pid);
     }
-    let stats = stats_of(entry.exec_id)?;
+    let stats = stats_of(entry.slot)?;
     let c = rec.counters.as_array();
     let ended = stats.ended.as_array_mut();
     for i in 0..TASK_COUNTERS {

@@ -23,7 +23,7 @@ use crate::{
     probes::{ExecNet, Limits, Probes, ProgramCost},
     record::{ExecReport, Inputs},
     runtime::{Lookup, Resolver},
-    sources::{BLOCK_START, BLOCK_START_FALLBACK},
+    sources::{BLOCK_START, BLOCK_START_FALLBACK, ITERATORS_SINCE},
 };
 
 /// How long a new exec may go without a first program before its series are exported
@@ -86,14 +86,17 @@ impl Monitor {
                  profiler cannot attach here"
             );
         }
-        let block_getrq_fallback = !kbtf.has_tracepoint(BLOCK_START);
+        let block_start = BLOCK_START.name;
+        let block_getrq_fallback = !kbtf.has_tracepoint(block_start);
         if block_getrq_fallback && !kbtf.has_tracepoint(BLOCK_START_FALLBACK) {
             bail!(
-                "kernel {release} lacks the tracepoints {BLOCK_START} and {BLOCK_START_FALLBACK}: profiler cannot attach here"
+                "kernel {release} lacks the tracepoints {block_start} and {BLOCK_START_FALLBACK}: profiler cannot attach here"
             );
         }
         if !kbtf.has_func("bpf_iter_task") {
-            bail!("kernel {release} lacks BPF task iterators (Linux 5.8 or later has them)");
+            bail!(
+                "kernel {release} lacks BPF task iterators (Linux {ITERATORS_SINCE} or later has them)"
+            );
         }
         let layout = kbtf.layout()?;
         drop(kbtf);
@@ -115,6 +118,8 @@ impl Monitor {
             blkcg_attribution: blkcg as u32,
             block_getrq_fallback: block_getrq_fallback as u32,
             host_netns_inum: own_netns_inum()?,
+            exec_slots: opts.limits.max_execs,
+            cgroup_slots: opts.limits.max_cgroups,
         };
         let mut probes = Probes::load(&layout, config, opts.limits, aya_btf(&opts.btf)?)?;
         let mut notes: Vec<String> = layout
@@ -126,8 +131,9 @@ impl Monitor {
         let mut notices = vec![attribution.to_owned()];
         if block_getrq_fallback {
             notices.push(format!(
-                "kernel {release} lacks {BLOCK_START} (Linux 6.5+): block requests are tied to \
-                 their exec at {BLOCK_START_FALLBACK} and counted from their first issue"
+                "kernel {release} lacks {} (Linux {}+): block requests are tied to their exec \
+                 at {BLOCK_START_FALLBACK} and counted from their first issue",
+                BLOCK_START.name, BLOCK_START.since
             ));
         }
 
@@ -379,6 +385,7 @@ impl Monitor {
     /// Process new events; return the records of execs whose figures are now final.
     pub fn poll(&mut self) -> Vec<ExecReport> {
         self.drain();
+        self.probes.release_retired();
         let now = Instant::now();
         let expired: Vec<u64> = self
             .forget
@@ -388,7 +395,7 @@ impl Monitor {
             .collect();
         self.forget.retain(|(_, t)| *t > now);
         for id in expired {
-            let _ = self.probes.cgroups.remove(&id);
+            self.probes.forget_cgroup(id);
             self.execs.forget_rolled_up(id);
         }
         let mut out = Vec::new();
@@ -396,7 +403,7 @@ impl Monitor {
         // Read once, when the first exec is ready to end.
         let mut net: Option<HashMap<u64, ExecNet>> = None;
         for (id, removed_ns) in self.execs.removed() {
-            let stats = self.probes.execs.get(&id, 0).ok();
+            let stats = self.probes.exec_stats(id);
             let pending = stats.map(|s| s.pending as i64).unwrap_or(0);
             let waited = Duration::from_nanos(now_ns.saturating_sub(removed_ns));
             if pending > 0 && waited < self.opts.grace {
@@ -513,9 +520,9 @@ impl Monitor {
             self.files.remove(&id);
             self.net_faults.remove(&id);
             self.metadata_pending.remove(&id);
-            let _ = self.probes.execs.remove(&id);
+            self.probes.free_exec(id);
             for c in ids {
-                let _ = self.probes.cgroups.remove(&c);
+                self.probes.forget_cgroup(c);
             }
         }
         report
@@ -539,7 +546,7 @@ impl Monitor {
             {
                 continue;
             }
-            let stats = self.probes.execs.get(&id, 0).ok();
+            let stats = self.probes.exec_stats(id);
             // The attached cgroup is an exec only of processes placed directly in it.
             let idle = stats
                 .map(|s| s.task_exits == 0 && s.disk.read_reqs + s.disk.write_reqs == 0)
@@ -567,7 +574,7 @@ impl Monitor {
         // Whatever is still waiting is reported as it stands.
         let mut net = self.probes.net_by_exec();
         for (id, _) in self.execs.removed() {
-            let stats = self.probes.execs.get(&id, 0).ok();
+            let stats = self.probes.exec_stats(id);
             out.push(self.finish(
                 id,
                 stats,
@@ -668,43 +675,14 @@ fn register_existing(
             *ids.get(&anc)
                 .context("ancestor of a cgroup vanished during the walk")?
         };
+        probes.add_cgroup(f.id, exec_id, f.depth)?;
         if exec_id == f.id {
-            let zero = ExecStats::default();
-            insert_noexist(&mut probes.execs, f.id, zero)?;
             execs.add_exec(f.id, &h.kernel_path(&f.path), now);
         } else {
             execs.add_rolled_up(f.id, exec_id);
         }
-        insert_noexist(
-            &mut probes.cgroups,
-            f.id,
-            CgroupEntry {
-                exec_id,
-                depth: f.depth,
-                _pad: 0,
-            },
-        )?;
         Ok(())
     })
-}
-
-fn insert_noexist<V: aya::Pod>(
-    map: &mut aya::maps::HashMap<aya::maps::MapData, u64, V>,
-    k: u64,
-    v: V,
-) -> Result<()> {
-    const BPF_NOEXIST: u64 = 1;
-    match map.insert(k, v, BPF_NOEXIST) {
-        Ok(()) => Ok(()),
-        Err(aya::maps::MapError::SyscallError(e))
-            if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
-        {
-            Ok(())
-        }
-        Err(e) => {
-            Err(e).context("cannot register a cgroup (table full? raise --max-execs/--max-cgroups)")
-        }
-    }
 }
 
 /// Tasks already running in the subtree are counted from now on: record their counters as

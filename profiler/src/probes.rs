@@ -1,12 +1,19 @@
 //! Loading, attaching and reading the kernel programs (the eBPF object is embedded at build
 //! time by build.rs).
 
-use std::{fs::File, io::Read as _, os::fd::AsRawFd as _, time::Duration};
+use std::{
+    collections::VecDeque,
+    fs::File,
+    io::Read as _,
+    os::fd::{AsFd as _, AsRawFd as _},
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf},
     programs::{
         BtfTracePoint, CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, Iter, ProgramError,
     },
@@ -16,7 +23,10 @@ use profiler_common::*;
 use crate::{
     host::kernel_release,
     kernel_layout::KernelLayout,
-    sources::{self, BLOCK_START, BLOCK_START_FALLBACK, ITERATORS, SOCKET_PROGRAMS, Stage},
+    sources::{
+        self, BLOCK_START, BLOCK_START_FALLBACK, ITERATORS, PERCPU_DISCOVER, SOCK_EGRESS,
+        SOCK_INGRESS, SOCKET_PROGRAMS, SOCKET_PROGRAMS_SINCE, Stage, TASK_SNAPSHOT,
+    },
 };
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf"));
@@ -56,8 +66,10 @@ pub struct Probes {
     ebpf: Ebpf,
     /// block_io_start, or block_getrq on kernels without it.
     block_start: &'static str,
-    pub cgroups: HashMap<MapData, u64, CgroupEntry>,
-    pub execs: HashMap<MapData, u64, ExecStats>,
+    cgroups: MappedArray<CgroupSlot>,
+    execs: MappedArray<ExecStats>,
+    /// Ended execs' slots, with when they may be freed (see `free_exec`).
+    retired: VecDeque<(Instant, u64)>,
     pub baselines: HashMap<MapData, u32, TaskBaseline>,
     pub events: RingBuf<MapData>,
     drops: PerCpuArray<MapData, u64>,
@@ -65,7 +77,7 @@ pub struct Probes {
     percpu_rq: Array<MapData, u64>,
     hz: Array<MapData, u64>,
     jiffy_probe: Array<MapData, u64>,
-    inflight: HashMap<MapData, u64, Inflight>,
+    requests: MappedArray<RequestSlot>,
     bio_origin: HashMap<MapData, u64, Inflight>,
     /// Issued requests whose entry aged out without a completion (see expire_inflight).
     completions_expired: u64,
@@ -92,7 +104,7 @@ impl Probes {
         let block_start = if config.block_getrq_fallback != 0 {
             BLOCK_START_FALLBACK
         } else {
-            BLOCK_START
+            BLOCK_START.name
         };
         // Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones to the memory
         // cgroup. Raising the limit may be refused (no CAP_SYS_RESOURCE): harmless on 5.11+.
@@ -123,8 +135,12 @@ impl Probes {
             ebpf.take_map(name)
                 .ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
         };
-        let cgroups = HashMap::try_from(take(&mut ebpf, "CGROUPS")?)?;
-        let execs = HashMap::try_from(take(&mut ebpf, "EXECS")?)?;
+        let array = |ebpf: &mut Ebpf, name: &str| match take(ebpf, name)? {
+            Map::Array(m) => Ok(m),
+            _ => Err(anyhow!("map {name} is not an array")),
+        };
+        let cgroups = MappedArray::new(array(&mut ebpf, "CGROUPS")?, limits.max_cgroups)?;
+        let execs = MappedArray::new(array(&mut ebpf, "EXECS")?, limits.max_execs)?;
         let baselines = HashMap::try_from(take(&mut ebpf, "BASELINES")?)?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
         let drops = PerCpuArray::try_from(take(&mut ebpf, "DROPS")?)?;
@@ -132,7 +148,7 @@ impl Probes {
         let percpu_rq = Array::try_from(take(&mut ebpf, "PERCPU_RQ")?)?;
         let hz = Array::try_from(take(&mut ebpf, "HZ")?)?;
         let jiffy_probe = Array::try_from(take(&mut ebpf, "JIFFY_PROBE")?)?;
-        let inflight = HashMap::try_from(take(&mut ebpf, "INFLIGHT")?)?;
+        let requests = MappedArray::new(array(&mut ebpf, "REQUESTS")?, REQUEST_SLOTS)?;
         let bio_origin = HashMap::try_from(take(&mut ebpf, "BIO_ORIGIN")?)?;
         let netns = HashMap::try_from(take(&mut ebpf, "NETNS")?)?;
         let ifaces = HashMap::try_from(take(&mut ebpf, "IFACES")?)?;
@@ -141,6 +157,7 @@ impl Probes {
             block_start,
             cgroups,
             execs,
+            retired: VecDeque::new(),
             baselines,
             events,
             drops,
@@ -148,7 +165,7 @@ impl Probes {
             percpu_rq,
             hz,
             jiffy_probe,
-            inflight,
+            requests,
             bio_origin,
             completions_expired: 0,
             netns,
@@ -232,10 +249,10 @@ impl Probes {
     pub fn attach_net_programs(&mut self, cgroup_dir: &File) {
         if self.net.sockets.is_ok() {
             for (name, kind) in [
-                ("sock_ingress", CgroupSkbAttachType::Ingress),
-                ("sock_egress", CgroupSkbAttachType::Egress),
+                (SOCK_INGRESS, CgroupSkbAttachType::Ingress),
+                (SOCK_EGRESS, CgroupSkbAttachType::Egress),
             ] {
-                // As a BPF link (5.7+) the program runs alongside any others on the cgroup
+                // As a BPF link the program runs alongside any others on the cgroup
                 // whatever the mode; the kernel refuses links with attach flags, so no
                 // AllowMultiple here.
                 let r = self.program::<CgroupSkb>(name).and_then(|p| {
@@ -244,7 +261,10 @@ impl Probes {
                             let cause = std::error::Error::source(&e)
                                 .map(|c| format!(": {c}"))
                                 .unwrap_or_default();
-                            anyhow!("cannot attach {name} to the cgroup: {e}{cause}")
+                            anyhow!(
+                                "cannot attach {name} to the cgroup as a BPF link (Linux \
+                                 {SOCKET_PROGRAMS_SINCE}+): {e}{cause}"
+                            )
                         })
                 });
                 if let Err(e) = r {
@@ -294,7 +314,7 @@ impl Probes {
 
     /// Live counters of every task in the subtree (one pass of the task iterator).
     pub fn snapshot(&mut self) -> Result<Vec<TaskRecord>> {
-        let iter: &mut Iter = self.program("task_snapshot")?;
+        let iter: &mut Iter = self.program(TASK_SNAPSHOT)?;
         let link_id = iter.attach().context("cannot create the task iterator")?;
         let link = iter.take_link(link_id)?;
         let mut file = link.into_file().context("cannot open the task iterator")?;
@@ -375,43 +395,148 @@ impl Probes {
         Ok(n)
     }
 
-    /// Remove the entries of requests (and bios) in flight for longer than `max_age_ns`: their
-    /// completion was never seen (a request merged into another, or one issued whose
-    /// completion the kernel did not deliver: counted as such). Entries of idle requests
-    /// (exec_id 0) stay with their request pointer, which the block layer reuses; they are
-    /// trimmed, oldest first, only when they fill more than half the map (a block layer that
-    /// reallocated its requests: another scheduler, another queue depth).
-    pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) {
-        // INFLIGHT's size in the eBPF object.
-        let capacity = 16384;
-        for (i, map) in [&mut self.inflight, &mut self.bio_origin]
-            .into_iter()
-            .enumerate()
-        {
-            let entries: Vec<(u64, Inflight)> = map.iter().filter_map(|r| r.ok()).collect();
-            let mut idle: Vec<(u64, u64)> = Vec::new();
-            for (k, v) in &entries {
-                if i == 0 && v.exec_id == 0 {
-                    idle.push((v.start_ns, *k));
-                } else if now_ns.saturating_sub(v.start_ns) > max_age_ns && map.remove(k).is_ok() {
-                    self.completions_expired += (v.issue_ns != 0) as u64;
+    /// The slot of `key` in a table with open addressing (CGROUPS, EXECS), if it has one.
+    fn find_slot<T: Copy>(table: &MappedArray<T>, key: u64) -> Option<usize> {
+        (0..TABLE_PROBES)
+            .map(|i| table_probe(key, table.len as u32, i) as usize)
+            .find(|&j| table.atomic_u64(j, 0).load(Ordering::Acquire) == key)
+    }
+
+    /// Take `key`'s slot as the kernel programs do (`exec_slot`, `insert_entry` in
+    /// profiler-ebpf): the first of its probe sequence that it owns or that is free. Returns
+    /// (slot, newly taken), or None when the table is full. `placeholder`: the owner while
+    /// the slot is being filled (0: none, the slot is usable as soon as it is owned).
+    fn take_slot<T: Copy>(
+        table: &MappedArray<T>,
+        key: u64,
+        placeholder: u64,
+    ) -> Option<(usize, bool)> {
+        for i in 0..TABLE_PROBES {
+            let j = table_probe(key, table.len as u32, i) as usize;
+            let owner = table.atomic_u64(j, 0);
+            let o = owner.load(Ordering::Acquire);
+            if o == key {
+                return Some((j, false));
+            }
+            if o == 0 {
+                let claim = if placeholder == 0 { key } else { placeholder };
+                match owner.compare_exchange(0, claim, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Some((j, true)),
+                    Err(now) if now == key => return Some((j, false)),
+                    Err(_) => {}
                 }
             }
-            let keep = capacity as usize / 2;
-            if idle.len() > keep {
-                idle.sort_unstable();
-                for (start, k) in &idle[..idle.len() - keep] {
-                    if now_ns.saturating_sub(*start) > max_age_ns {
-                        let _ = map.remove(k);
-                    }
-                }
+        }
+        None
+    }
+
+    /// Register a cgroup of the subtree (already registered by the kernel is fine).
+    pub fn add_cgroup(&mut self, id: u64, exec_id: u64, depth: u32) -> Result<()> {
+        let slot = if exec_id == id {
+            Self::take_slot(&self.execs, id, 0)
+                .context("the exec table is full (raise --max-execs)")?
+                .0 as u32
+        } else {
+            self.entry(exec_id).map_or(NO_SLOT, |e| e.slot)
+        };
+        let (j, new) = Self::take_slot(&self.cgroups, id, u64::MAX)
+            .context("the cgroup table is full (raise --max-cgroups)")?;
+        if new {
+            let entry = CgroupEntry {
+                exec_id,
+                depth,
+                slot,
+            };
+            // SAFETY: the slot is ours (owner is the placeholder) until its owner is set.
+            unsafe { self.cgroups.write_field(j, 8, entry) };
+            self.cgroups.atomic_u64(j, 0).store(id, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// A cgroup's entry.
+    pub fn entry(&self, id: u64) -> Option<CgroupEntry> {
+        let j = Self::find_slot(&self.cgroups, id)?;
+        Some(self.cgroups.read(j).entry)
+    }
+
+    /// Forget a cgroup (its exec has been reported).
+    pub fn forget_cgroup(&mut self, id: u64) {
+        // Only the owner goes: a program may still be reading the entry, and the next to take
+        // the slot writes its own before it sets its owner.
+        if let Some(j) = Self::find_slot(&self.cgroups, id) {
+            self.cgroups.atomic_u64(j, 0).store(0, Ordering::Release);
+        }
+    }
+
+    /// An exec's totals so far.
+    pub fn exec_stats(&self, exec_id: u64) -> Option<ExecStats> {
+        let j = Self::find_slot(&self.execs, exec_id)?;
+        Some(self.execs.read(j))
+    }
+
+    /// An exec has been reported and its cgroups forgotten: its slot is freed 5 s later, so
+    /// that a program that took the slot just before (a block request in flight) still adds
+    /// to this exec, not to the next to take the slot.
+    pub fn free_exec(&mut self, exec_id: u64) {
+        self.retired
+            .push_back((Instant::now() + Duration::from_secs(5), exec_id));
+        self.release_retired();
+    }
+
+    /// Free the slots whose time has come: zeroed (the next exec starts from zero), then
+    /// ownerless.
+    pub fn release_retired(&mut self) {
+        let now = Instant::now();
+        while let Some(&(at, exec_id)) = self.retired.front() {
+            if at > now {
+                break;
+            }
+            self.retired.pop_front();
+            let Some(j) = Self::find_slot(&self.execs, exec_id) else {
+                continue;
+            };
+            let zero = ExecStats {
+                owner: exec_id,
+                ..Default::default()
+            };
+            // SAFETY: no program adds to the slot any more; its owner goes last.
+            unsafe { self.execs.write_field(j, 0, zero) };
+            self.execs.atomic_u64(j, 0).store(0, Ordering::Release);
+        }
+    }
+
+    /// Free the slots of requests (and the entries of bios) in flight for longer than
+    /// `max_age_ns`: their completion was never seen (a request merged into another, or one
+    /// issued whose completion the kernel did not deliver: counted as such). A slot of an
+    /// idle request stays with it (the block layer reuses its requests) until another takes it.
+    pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) {
+        for i in 0..self.requests.len {
+            let owner = self.requests.atomic_u64(i, 0);
+            let o = owner.load(Ordering::Acquire);
+            if o & REQUEST_BUSY == 0 {
+                continue;
+            }
+            let v = self.requests.read(i).info;
+            if now_ns.saturating_sub(v.start_ns) > max_age_ns
+                && owner
+                    .compare_exchange(o, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.completions_expired += (v.issue_ns != 0) as u64;
+            }
+        }
+        let entries: Vec<(u64, Inflight)> = self.bio_origin.iter().filter_map(|r| r.ok()).collect();
+        for (k, v) in &entries {
+            if now_ns.saturating_sub(v.start_ns) > max_age_ns {
+                let _ = self.bio_origin.remove(k);
             }
         }
     }
 
     /// One pass of the percpu_discover iterator.
     fn run_discover(&mut self) -> std::result::Result<(), String> {
-        let iter: &mut Iter = self.program("percpu_discover").map_err(|e| e.to_string())?;
+        let iter: &mut Iter = self.program(PERCPU_DISCOVER).map_err(|e| e.to_string())?;
         let link_id = iter.attach().map_err(|e| e.to_string())?;
         let link = iter.take_link(link_id).map_err(|e| e.to_string())?;
         let mut file = link.into_file().map_err(|e| e.to_string())?;
@@ -484,4 +609,90 @@ fn load_error(name: &str, e: ProgramError) -> anyhow::Error {
         "cannot load program {name} on kernel {}: {msg}",
         kernel_release()
     )
+}
+
+/// The memory of a BPF array created with BPF_F_MMAPABLE, mapped into the profiler: read and
+/// changed in place, as the kernel programs do, without a system call per element.
+struct MappedArray<T> {
+    /// Keeps the map alive as long as the mapping.
+    _map: MapData,
+    ptr: *mut T,
+    len: usize,
+    bytes: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access goes through volatile reads or
+// atomics.
+unsafe impl<T> Send for MappedArray<T> {}
+
+impl<T: Copy> MappedArray<T> {
+    fn new(map: MapData, len: u32) -> Result<Self> {
+        let len = len as usize;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let bytes = (len * size_of::<T>()).div_ceil(page) * page;
+        let fd = map.fd().as_fd().as_raw_fd();
+        // SAFETY: a shared mapping of the map's fd, of the map's size, unmapped on drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            bail!(
+                "cannot map a BPF array into memory: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(Self {
+            _map: map,
+            ptr: ptr as *mut T,
+            len,
+            bytes,
+        })
+    }
+
+    /// A copy of element `i` (fields may change while it is read; callers check).
+    fn read(&self, i: usize) -> T {
+        assert!(i < self.len);
+        // SAFETY: in bounds of the mapping.
+        unsafe { std::ptr::read_volatile(self.ptr.add(i)) }
+    }
+
+    /// Write `v` at byte offset `off` of element `i`, with volatile stores.
+    ///
+    /// # Safety
+    /// No kernel program may write those bytes meanwhile.
+    unsafe fn write_field<V: Copy>(&self, i: usize, off: usize, v: V) {
+        assert!(i < self.len && off + size_of::<V>() <= size_of::<T>());
+        // SAFETY: in bounds; the caller rules out concurrent writers.
+        unsafe {
+            std::ptr::write_volatile(
+                (self.ptr as *mut u8).add(i * size_of::<T>() + off) as *mut V,
+                v,
+            )
+        }
+    }
+
+    /// The u64 at byte offset `off` of element `i`, for atomic access.
+    fn atomic_u64(&self, i: usize, off: usize) -> &AtomicU64 {
+        assert!(i < self.len && off + 8 <= size_of::<T>() && off % 8 == 0);
+        // SAFETY: in bounds, 8-aligned (the mapping is page-aligned and T's size a multiple of
+        // 8 here), and the kernel accesses it only atomically or as a whole u64.
+        unsafe {
+            AtomicU64::from_ptr((self.ptr as *mut u8).add(i * size_of::<T>() + off) as *mut u64)
+        }
+    }
+}
+
+impl<T> Drop for MappedArray<T> {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new().
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.bytes) };
+    }
 }

@@ -47,16 +47,26 @@ pub const PROGRAMS: &[Program] = &[
     p("netif_receive_skb", "2.6.32", Stage::Interfaces),
 ];
 
-/// Where block requests are tied to the exec that caused them: block_io_start (6.5+), else
+/// Where block requests are tied to the exec that caused them: block_io_start, else
 /// block_getrq with the request's first issue. Attached with the task programs.
-pub const BLOCK_START: &str = "block_io_start";
+pub const BLOCK_START: Program = p("block_io_start", "6.5", Stage::Task);
 pub const BLOCK_START_FALLBACK: &str = "block_getrq";
 
-/// The socket counters (cgroup_skb programs on the attached cgroup; optional).
-pub const SOCKET_PROGRAMS: &[&str] = &["sock_ingress", "sock_egress"];
+/// The socket counters (cgroup_skb programs on the attached cgroup, as BPF links; optional).
+pub const SOCK_INGRESS: &str = "sock_ingress";
+pub const SOCK_EGRESS: &str = "sock_egress";
+pub const SOCKET_PROGRAMS: &[&str] = &[SOCK_INGRESS, SOCK_EGRESS];
+/// BPF links on cgroups, which let the socket counters run beside other programs.
+pub const SOCKET_PROGRAMS_SINCE: &str = "5.7";
 
 /// The task iterators: running tasks' counters, and the per-CPU areas.
-pub const ITERATORS: &[&str] = &["task_snapshot", "percpu_discover"];
+pub const TASK_SNAPSHOT: &str = "task_snapshot";
+pub const PERCPU_DISCOVER: &str = "percpu_discover";
+pub const ITERATORS: &[&str] = &[TASK_SNAPSHOT, PERCPU_DISCOVER];
+pub const ITERATORS_SINCE: &str = "5.8";
+
+/// The kernel's BPF statistics (`--bpf-stats`, kernel.bpf_stats_enabled).
+pub const BPF_STATS_SINCE: &str = "5.8";
 
 /// The programs of a stage.
 pub fn at(stage: Stage) -> impl Iterator<Item = &'static str> {

@@ -168,7 +168,12 @@ pub(crate) fn enable_bpf_stats(on: bool) -> Result<Option<std::os::fd::OwnedFd>>
     crate::host::check_privileges()?;
     aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .map(Some)
-        .map_err(|e| anyhow::anyhow!("cannot enable BPF statistics (Linux 5.8 or later): {e}"))
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot enable BPF statistics (Linux {} or later): {e}",
+                crate::sources::BPF_STATS_SINCE
+            )
+        })
 }
 
 #[cfg(test)]
