@@ -67,6 +67,27 @@ pub fn kernel_release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The host's name (empty when unknown).
+pub fn host_name() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The operating system as uname(2) describes it: "sysname release version".
+pub fn os_description() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| {
+            format!(
+                "{} {} {}",
+                u.sysname().to_string_lossy(),
+                u.release().to_string_lossy(),
+                u.version().to_string_lossy()
+            )
+        })
+        .unwrap_or_default()
+}
+
 /// CONFIG_HZ of the running kernel, from its configuration (when the host has it).
 pub fn kernel_hz() -> Option<u32> {
     let release = kernel_release();

@@ -1,7 +1,9 @@
 //! The exported metrics: one table of definitions, and the data points of an exec record.
 //! OTLP and the Prometheus endpoint both take their metrics from here.
 
-use std::collections::BTreeMap;
+use std::{borrow::Cow, collections::BTreeMap, sync::Arc};
+
+use opentelemetry::{Key, KeyValue, StringValue, Value};
 
 use profiler_common::{LAT_BUCKETS, lat_bucket_floor_ns};
 use regex::Regex;
@@ -28,11 +30,14 @@ pub struct Def {
     pub unit: &'static str,
     /// Integer values (bytes, counts) rather than seconds.
     pub integer: bool,
+    /// Most series of this metric one exec has (its series limit in the SDK is this many per
+    /// exec that one export can show).
+    pub series_per_exec: usize,
     pub description: &'static str,
 }
 
 macro_rules! defs {
-    ($($id:ident = $name:literal, $kind:ident, $unit:literal, $int:literal, $desc:literal;)*) => {
+    ($($id:ident = $name:literal, $kind:ident, $unit:literal, $int:literal, $series:literal, $desc:literal;)*) => {
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         #[repr(usize)]
@@ -42,58 +47,58 @@ macro_rules! defs {
             kind: Kind::$kind,
             unit: $unit,
             integer: $int,
+            series_per_exec: $series,
             description: $desc,
         },)*];
     };
 }
 
 defs! {
-    CpuTime = "container.cpu.time", Counter, "s", false,
+    CpuTime = "container.cpu.time", Counter, "s", false, 2,
         "Time the exec's tasks ran on a CPU, by cpu.mode user/system (eBPF: the tasks' \
          sum_exec_runtime, split by their utime:stime ratio)";
-    DiskIo = "container.disk.io", Counter, "By", true,
+    DiskIo = "container.disk.io", Counter, "By", true, 2,
         "Block-layer bytes of the exec's requests, by disk.io.direction (eBPF)";
-    NetworkIo = "container.network.io", Counter, "By", true,
+    NetworkIo = "container.network.io", Counter, "By", true, 32,
         "Bytes through the interfaces of the exec's own network namespace, by network.io.direction and network.interface.name (eBPF)";
-    MemoryUsage = "container.memory.usage", Gauge, "By", true,
+    MemoryUsage = "container.memory.usage", Gauge, "By", true, 1,
         "Memory charged to the exec's cgroup (memory.current, sampled; running execs only)";
-    Uptime = "container.uptime", Gauge, "s", false,
+    Uptime = "container.uptime", Gauge, "s", false, 1,
         "Time since the exec's cgroup was created (or the profiler attached)";
-    RunQueueDelay = "profiler.exec.cpu.run_queue_delay", Counter, "s", false,
+    RunQueueDelay = "profiler.exec.cpu.run_queue_delay", Counter, "s", false, 1,
         "Time the exec's tasks were runnable but waiting for a CPU (eBPF, schedstat run_delay)";
-    IoWait = "profiler.exec.cpu.io_wait", Counter, "s", false,
+    IoWait = "profiler.exec.cpu.io_wait", Counter, "s", false, 1,
         "Time the exec's tasks were blocked waiting for IO (eBPF)";
-    MemoryStall = "profiler.exec.cpu.memory_stall", Counter, "s", false,
+    MemoryStall = "profiler.exec.cpu.memory_stall", Counter, "s", false, 1,
         "Time the exec's tasks stalled on swap-in, reclaim and thrashing (delay accounting)";
-    ContextSwitches = "profiler.exec.cpu.context_switches", Counter, "{switch}", true,
+    ContextSwitches = "profiler.exec.cpu.context_switches", Counter, "{switch}", true, 2,
         "Context switches of the exec's tasks, by profiler.switch.kind (voluntary, involuntary)";
-    DiskOperations = "profiler.exec.disk.operations", Counter, "{operation}", true,
+    DiskOperations = "profiler.exec.disk.operations", Counter, "{operation}", true, 2,
         "Block requests of the exec, each counted once at its first dispatch to the driver, by disk.io.direction (eBPF)";
-    DiskLatency = "profiler.exec.disk.latency", Histogram, "s", false,
+    DiskLatency = "profiler.exec.disk.latency", Histogram, "s", false, 2,
         "Block request latency from issue to completion, by disk.io.direction (eBPF); exported once, when the exec ends";
-    SyscallIo = "profiler.exec.io.syscall", Counter, "By", true,
+    SyscallIo = "profiler.exec.io.syscall", Counter, "By", true, 2,
         "Bytes of read- and write-type syscalls, page-cache hits included, by disk.io.direction (task IO accounting)";
-    SocketIo = "profiler.exec.network.socket.io", Counter, "By", true,
+    SocketIo = "profiler.exec.network.socket.io", Counter, "By", true, 4,
         "IP bytes of the exec's sockets in any namespace, by network.io.direction and profiler.network.loopback (eBPF cgroup_skb)";
-    PressureStall = "profiler.exec.pressure.stall", Counter, "s", false,
+    PressureStall = "profiler.exec.pressure.stall", Counter, "s", false, 8,
         "PSI stall time of the exec's cgroup, by profiler.pressure.resource (cpu, io, memory, irq) and profiler.pressure.kind (some, full)";
-    MemoryPeak = "profiler.exec.memory.peak", Gauge, "By", true,
+    MemoryPeak = "profiler.exec.memory.peak", Gauge, "By", true, 1,
         "Peak memory charged to the exec's cgroup (memory.peak)";
-    OomKills = "profiler.exec.memory.oom_kills", Counter, "{kill}", true,
+    OomKills = "profiler.exec.memory.oom_kills", Counter, "{kill}", true, 1,
         "OOM kills in the exec's cgroup (memory.events oom_kill)";
-    ProcessesStarted = "profiler.exec.processes.started", Counter, "{process}", true,
+    ProcessesStarted = "profiler.exec.processes.started", Counter, "{process}", true, 1,
         "Processes forked into the exec (eBPF)";
-    ThreadsStarted = "profiler.exec.threads.started", Counter, "{thread}", true,
+    ThreadsStarted = "profiler.exec.threads.started", Counter, "{thread}", true, 1,
         "Threads started in the exec's processes (eBPF)";
-    Execve = "profiler.exec.execve", Counter, "{call}", true,
+    Execve = "profiler.exec.execve", Counter, "{call}", true, 1,
         "execve calls in the exec (eBPF)";
-    ProcessCpuTime = "profiler.process.cpu.time", Counter, "s", false,
+    ProcessCpuTime = "profiler.process.cpu.time", Counter, "s", false, 10,
         "CPU time of the exec's listed processes, by process.command (the 10 commands with the most CPU time)";
 }
 
-/// Most series of one metric per exec: pressure has 8 (4 resources, some and full), the
-/// process CPU time one per command, of the commands with the most CPU time.
-pub const SERIES_PER_EXEC: usize = 10;
+/// Commands whose CPU time an exec's `profiler.process.cpu.time` carries (those with the most).
+pub const COMMANDS_PER_EXEC: usize = 10;
 
 /// Histogram boundaries of [`M::DiskLatency`], in seconds: the log2 buckets of the kernel side.
 pub fn latency_bounds_s() -> Vec<f64> {
@@ -102,7 +107,9 @@ pub fn latency_bounds_s() -> Vec<f64> {
         .collect()
 }
 
-pub type Attrs = Vec<(&'static str, String)>;
+/// A point's own attributes (direction, mode, ...): names and mostly values are fixed
+/// strings, which OpenTelemetry takes without a copy.
+pub type Attrs = Vec<(&'static str, Cow<'static, str>)>;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
@@ -126,6 +133,10 @@ pub struct ExecSeries {
     pub cgroup_id: u64,
     /// The exec's attributes, on every point.
     pub attrs: Vec<(String, String)>,
+    /// The same as OpenTelemetry attributes, sorted by name, their strings shared: the SDK
+    /// copies a point's attributes into each series it keeps, which is then a reference
+    /// count, not a string (with 1,000 running execs, ~30,000 series per collection).
+    pub kv: Vec<KeyValue>,
     pub points: Vec<Point>,
     pub hists: Vec<Hist>,
 }
@@ -223,11 +234,41 @@ fn secs(ns: u64) -> f64 {
 }
 
 fn dir(d: &'static str) -> Attrs {
-    vec![("disk.io.direction", d.to_owned())]
+    vec![("disk.io.direction", Cow::Borrowed(d))]
 }
 
 fn net_dir(d: &'static str) -> Attrs {
-    vec![("network.io.direction", d.to_owned())]
+    vec![("network.io.direction", Cow::Borrowed(d))]
+}
+
+/// OpenTelemetry attributes whose strings are shared, sorted by name (the order the SDK
+/// keeps them in, so that it keeps one copy).
+pub fn shared_kv(attrs: &[(String, String)]) -> Vec<KeyValue> {
+    let mut kv: Vec<KeyValue> = attrs
+        .iter()
+        .map(|(k, v)| {
+            KeyValue::new(
+                Key::from(Arc::<str>::from(k.as_str())),
+                Value::String(StringValue::from(Arc::<str>::from(v.as_str()))),
+            )
+        })
+        .collect();
+    kv.sort_by(|a, b| a.key.cmp(&b.key));
+    kv
+}
+
+/// A point's attributes: the exec's, then the point's own, sorted by name, into `out`.
+pub fn point_kv(out: &mut Vec<KeyValue>, exec: &[KeyValue], own: &Attrs) {
+    out.clear();
+    out.extend(exec.iter().cloned());
+    out.extend(own.iter().map(|(k, v)| {
+        let v = match v {
+            Cow::Borrowed(s) => Value::from(*s),
+            Cow::Owned(s) => Value::from(s.clone()),
+        };
+        KeyValue::new(*k, v)
+    }));
+    out.sort_by(|a, b| a.key.cmp(&b.key));
 }
 
 impl ExecSeries {
@@ -302,7 +343,7 @@ impl ExecSeries {
                         ("transmit", i.traffic.tx_bytes),
                     ] {
                         let mut a = net_dir(d);
-                        a.push(("network.interface.name", i.name.clone()));
+                        a.push(("network.interface.name", i.name.clone().into()));
                         put(M::NetworkIo, a, v as f64);
                     }
                 }
@@ -347,11 +388,11 @@ impl ExecSeries {
         }
         let mut by_comm: Vec<(&str, u64)> = by_comm.into_iter().collect();
         by_comm.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        by_comm.truncate(SERIES_PER_EXEC);
+        by_comm.truncate(COMMANDS_PER_EXEC);
         for (comm, ns) in by_comm {
             put(
                 M::ProcessCpuTime,
-                vec![("process.command", comm.to_owned())],
+                vec![("process.command", comm.to_owned().into())],
                 secs(ns),
             );
         }
@@ -372,6 +413,7 @@ impl ExecSeries {
         }
         Self {
             cgroup_id: r.cgroup_id,
+            kv: shared_kv(&attrs),
             attrs,
             points: p,
             hists,

@@ -3,6 +3,7 @@
 //! execs' final figures until they have been delivered. Memory is bounded by the number of
 //! running execs plus the bounded backlogs below, not by the number of execs seen.
 
+mod http_client;
 pub mod metrics;
 mod otlp;
 mod prometheus;
@@ -253,6 +254,7 @@ mod tests {
         Arc::new(ExecSeries {
             cgroup_id: id,
             attrs: vec![],
+            kv: vec![],
             points: vec![],
             hists: vec![],
         })

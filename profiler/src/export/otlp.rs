@@ -31,11 +31,16 @@ use opentelemetry_sdk::{
 };
 
 use super::{
-    FINALS_PER_EXPORT, Shared, lock,
-    metrics::{DEFS, ExecSeries, Kind, M, SERIES_PER_EXEC, histogram_values, latency_bounds_s},
+    FINALS_PER_EXPORT, Shared,
+    http_client::{Cause, HttpWithCause, cause_of},
+    lock,
+    metrics::{DEFS, ExecSeries, Kind, M, histogram_values, latency_bounds_s, point_kv},
     spans::{Schedule, Spans, span_of},
 };
-use crate::record::ExecReport;
+use crate::{
+    host::{host_name, kernel_release, os_description},
+    record::ExecReport,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -124,52 +129,6 @@ impl TlsFiles {
 /// reqwest takes the certificate chain and the key in one PEM.
 pub fn reqwest_identity(cert: &[u8], key: &[u8]) -> reqwest::Result<reqwest::Identity> {
     reqwest::Identity::from_pem(&[cert, b"\n", key].concat())
-}
-
-/// The OTLP exporter reports any failed HTTP request as "network error": this client keeps
-/// the cause (connection refused, a certificate rejected, a timeout) for the warning.
-#[derive(Debug)]
-struct HttpWithCause {
-    inner: reqwest::blocking::Client,
-    cause: Cause,
-}
-
-/// Why the last request failed, if it did.
-pub(crate) type Cause = Arc<Mutex<Option<String>>>;
-
-/// ": <cause>" of the HTTP client's last failure, or nothing.
-pub(crate) fn cause_of(cause: &Option<Cause>) -> String {
-    cause
-        .as_ref()
-        .and_then(|c| lock(c).clone())
-        .map(|c| format!(": {c}"))
-        .unwrap_or_default()
-}
-
-#[async_trait::async_trait]
-impl opentelemetry_http::HttpClient for HttpWithCause {
-    async fn send_bytes(
-        &self,
-        request: http::Request<bytes::Bytes>,
-    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
-        let r = self.inner.send_bytes(request).await;
-        *lock(&self.cause) = r.as_ref().err().map(|e| error_chain(e.as_ref()));
-        r
-    }
-}
-
-/// An error and its sources, each once: "a: b: c".
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !out.contains(&t) {
-            out = format!("{out}: {t}");
-        }
-        src = s.source();
-    }
-    out
 }
 
 impl Transport {
@@ -265,38 +224,20 @@ impl Transport {
 
 /// The resource: who sends. OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override.
 fn resource() -> Resource {
-    let uname = nix::sys::utsname::uname().ok();
-    let s = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
-        uname
-            .as_ref()
-            .map(|u| f(u).to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
     let arch = match env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
         a => a,
     };
-    let host = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let mut b = Resource::builder_empty()
         .with_service_name("profiler")
         .with_attributes([
             KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-            KeyValue::new("host.name", host),
+            KeyValue::new("host.name", host_name()),
             KeyValue::new("host.arch", arch),
             KeyValue::new("os.type", "linux"),
-            KeyValue::new("os.version", s(|u| u.release())),
-            KeyValue::new(
-                "os.description",
-                format!(
-                    "{} {} {}",
-                    s(|u| u.sysname()),
-                    s(|u| u.release()),
-                    s(|u| u.version())
-                ),
-            ),
+            KeyValue::new("os.version", kernel_release()),
+            KeyValue::new("os.description", os_description()),
         ])
         .with_detector(Box::new(EnvResourceDetector::new()));
     if let Ok(name) = env::var("OTEL_SERVICE_NAME")
@@ -376,13 +317,9 @@ struct LatencyHistogram {
 
 impl LatencyHistogram {
     fn record(&self, s: &ExecSeries) {
+        let mut kv = Vec::new();
         for h in &s.hists {
-            let mut kv: Vec<KeyValue> = s
-                .attrs
-                .iter()
-                .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-                .collect();
-            kv.extend(h.attrs.iter().map(|(k, v)| KeyValue::new(*k, v.clone())));
+            point_kv(&mut kv, &s.kv, &h.attrs);
             for (v, n) in histogram_values(&self.bounds, &h.counts, h.sum_s) {
                 for _ in 0..n {
                     self.histogram.record(v, &kv);
@@ -427,13 +364,21 @@ impl Otlp {
             .with_interval(config.interval)
             .build();
         // Beyond its series limit (2000 by default) the SDK folds series into one overflow
-        // series: size it for every exec that one collection can show.
-        let limit = (max_execs + FINALS_PER_EXPORT) * SERIES_PER_EXEC;
+        // series: size each metric's for every exec that one collection can show. (The SDK
+        // sizes its table of series to the limit up front.)
+        let execs = max_execs + FINALS_PER_EXPORT;
         let provider = SdkMeterProvider::builder()
             .with_resource(resource())
             .with_reader(reader)
-            .with_view(move |_: &Instrument| {
-                Stream::builder().with_cardinality_limit(limit).build().ok()
+            .with_view(move |i: &Instrument| {
+                let per_exec = DEFS
+                    .iter()
+                    .find(|d| d.name == i.name())
+                    .map_or(1, |d| d.series_per_exec);
+                Stream::builder()
+                    .with_cardinality_limit(execs * per_exec)
+                    .build()
+                    .ok()
             })
             .build();
         let meter = provider.meter("profiler");
@@ -442,15 +387,10 @@ impl Otlp {
             // One callback per instrument: the points of metric `i` of every exec shown.
             let each = move |f: &mut dyn FnMut(f64, &[KeyValue])| {
                 let series = lock(&sh).for_otlp();
+                let mut kv = Vec::new();
                 for s in series {
-                    let base: Vec<KeyValue> = s
-                        .attrs
-                        .iter()
-                        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-                        .collect();
                     for p in s.points.iter().filter(|p| p.metric as usize == i) {
-                        let mut kv = base.clone();
-                        kv.extend(p.attrs.iter().map(|(k, v)| KeyValue::new(*k, v.clone())));
+                        point_kv(&mut kv, &s.kv, &p.attrs);
                         f(p.value, &kv);
                     }
                 }

@@ -136,9 +136,7 @@ fn labels<'a>(
 }
 
 fn target_info() -> String {
-    let host = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let host = crate::host::host_name();
     format!(
         "# HELP target_info Target metadata\n# TYPE target_info gauge\ntarget_info{}\n",
         labels(
@@ -172,7 +170,7 @@ pub fn render(series: &[Arc<ExecSeries>], target: &str) -> String {
             let base = || s.attrs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
             for p in s.points.iter().filter(|p| p.metric as usize == i) {
                 let l = labels(
-                    base().chain(p.attrs.iter().map(|(k, v)| (*k, v.as_str()))),
+                    base().chain(p.attrs.iter().map(|(k, v)| (*k, v.as_ref()))),
                     None,
                 );
                 let _ = writeln!(body, "{name}{l} {}", num(p.value));
@@ -186,13 +184,13 @@ pub fn render(series: &[Arc<ExecSeries>], target: &str) -> String {
                         .map(|x| format!("{x}"))
                         .unwrap_or("+Inf".into());
                     let l = labels(
-                        base().chain(h.attrs.iter().map(|(k, v)| (*k, v.as_str()))),
+                        base().chain(h.attrs.iter().map(|(k, v)| (*k, v.as_ref()))),
                         Some(("le", &le)),
                     );
                     let _ = writeln!(body, "{name}_bucket{l} {cum}");
                 }
                 let l = labels(
-                    base().chain(h.attrs.iter().map(|(k, v)| (*k, v.as_str()))),
+                    base().chain(h.attrs.iter().map(|(k, v)| (*k, v.as_ref()))),
                     None,
                 );
                 let _ = writeln!(body, "{name}_sum{l} {}", h.sum_s);
@@ -240,6 +238,7 @@ mod tests {
         let s = Arc::new(ExecSeries {
             cgroup_id: 7,
             attrs: vec![("profiler.exec.path".into(), "a\"b".into())],
+            kv: vec![],
             points: vec![Point {
                 metric: M::CpuTime,
                 attrs: vec![],

@@ -21,7 +21,7 @@ use opentelemetry_sdk::trace::{
     IdGenerator as _, RandomIdGenerator, SpanData, SpanEvents, SpanExporter, SpanLinks,
 };
 
-use super::otlp::{Cause, cause_of};
+use super::http_client::{Cause, cause_of};
 use crate::record::ExecReport;
 
 /// Most spans kept waiting for a collector that does not answer.
