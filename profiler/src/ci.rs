@@ -372,53 +372,138 @@ mod tests {
         assert!(!s.contains("ghs_secret") && !s.contains("/root"), "{s}");
     }
 
+    /// Every attribute each system gives, and nothing else.
     #[test]
     fn gitlab_buildkite_and_jenkins() {
+        let all = |c: &CiContext| -> Vec<(String, String)> {
+            c.attributes
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect()
+        };
+        let want = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            let mut v: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            v.sort();
+            v
+        };
         let g = CiEnv::default().context(&env(&[
             ("GITLAB_CI", "true"),
             ("CI_PROJECT_PATH", "group/app"),
             ("CI_PIPELINE_ID", "99"),
+            (
+                "CI_PIPELINE_URL",
+                "https://gitlab.example/group/app/-/pipelines/99",
+            ),
             ("CI_JOB_NAME", "test"),
             ("CI_JOB_ID", "555"),
             ("CI_RUNNER_ID", "7"),
+            ("CI_RUNNER_DESCRIPTION", "shared-runner"),
             ("CI_JOB_URL", "https://gitlab.example/group/app/-/jobs/555"),
         ]));
         assert_eq!(g.system, Some("gitlab_ci"));
-        assert_eq!(g.attributes["cicd.pipeline.name"], "group/app");
-        assert_eq!(g.attributes["cicd.pipeline.task.run.id"], "555");
         assert_eq!(
-            g.attributes["cicd.pipeline.task.run.url.full"],
-            "https://gitlab.example/group/app/-/jobs/555"
+            all(&g),
+            want(&[
+                ("cicd.pipeline.name", "group/app"),
+                ("cicd.pipeline.run.id", "99"),
+                (
+                    "cicd.pipeline.run.url.full",
+                    "https://gitlab.example/group/app/-/pipelines/99"
+                ),
+                ("cicd.pipeline.task.name", "test"),
+                ("cicd.pipeline.task.run.id", "555"),
+                (
+                    "cicd.pipeline.task.run.url.full",
+                    "https://gitlab.example/group/app/-/jobs/555"
+                ),
+                ("cicd.worker.id", "7"),
+                ("cicd.worker.name", "shared-runner"),
+            ])
         );
+        // A pipeline's own name wins over the project path.
+        let named = CiEnv::default().context(&env(&[
+            ("GITLAB_CI", "true"),
+            ("CI_PIPELINE_NAME", "nightly"),
+            ("CI_PROJECT_PATH", "group/app"),
+        ]));
+        assert_eq!(named.attributes["cicd.pipeline.name"], "nightly");
+
         let b = CiEnv::default().context(&env(&[
             ("BUILDKITE", "true"),
             ("BUILDKITE_PIPELINE_SLUG", "app"),
             ("BUILDKITE_BUILD_ID", "b-1"),
+            ("BUILDKITE_LABEL", ":hammer: Lint"),
             ("BUILDKITE_STEP_KEY", "lint"),
             ("BUILDKITE_JOB_ID", "j-2"),
+            ("BUILDKITE_AGENT_ID", "a-3"),
             ("BUILDKITE_AGENT_NAME", "agent-1"),
             (
                 "BUILDKITE_BUILD_URL",
                 "https://buildkite.com/acme/app/builds/12",
             ),
         ]));
-        assert_eq!(b.attributes["cicd.pipeline.task.name"], "lint");
-        assert_eq!(b.attributes["cicd.worker.name"], "agent-1");
+        assert_eq!(b.system, Some("buildkite"));
         assert_eq!(
-            b.attributes["cicd.pipeline.task.run.url.full"],
-            "https://buildkite.com/acme/app/builds/12#j-2"
+            all(&b),
+            want(&[
+                ("cicd.pipeline.name", "app"),
+                ("cicd.pipeline.run.id", "b-1"),
+                (
+                    "cicd.pipeline.run.url.full",
+                    "https://buildkite.com/acme/app/builds/12"
+                ),
+                ("cicd.pipeline.task.name", ":hammer: Lint"),
+                ("cicd.pipeline.task.run.id", "j-2"),
+                (
+                    "cicd.pipeline.task.run.url.full",
+                    "https://buildkite.com/acme/app/builds/12#j-2"
+                ),
+                ("cicd.worker.id", "a-3"),
+                ("cicd.worker.name", "agent-1"),
+            ])
         );
+        // Without a label, the step's key names the task.
+        let keyed = CiEnv::default().context(&env(&[
+            ("BUILDKITE", "true"),
+            ("BUILDKITE_STEP_KEY", "lint"),
+        ]));
+        assert_eq!(keyed.attributes["cicd.pipeline.task.name"], "lint");
+
         let j = CiEnv::default().context(&env(&[
             ("JENKINS_URL", "https://ci.example/"),
             ("JOB_NAME", "app/main"),
             ("BUILD_NUMBER", "41"),
+            ("BUILD_ID", "41-id"),
             ("STAGE_NAME", "Build"),
             ("NODE_NAME", "linux-2"),
             ("BUILD_URL", "https://ci.example/job/app/job/main/41/"),
         ]));
         assert_eq!(j.system, Some("jenkins"));
-        assert_eq!(j.attributes["cicd.pipeline.run.id"], "41");
-        assert_eq!(j.attributes["cicd.pipeline.task.name"], "Build");
+        assert_eq!(
+            all(&j),
+            want(&[
+                ("cicd.pipeline.name", "app/main"),
+                ("cicd.pipeline.run.id", "41"),
+                (
+                    "cicd.pipeline.run.url.full",
+                    "https://ci.example/job/app/job/main/41/"
+                ),
+                ("cicd.pipeline.task.name", "Build"),
+                ("cicd.worker.name", "linux-2"),
+            ])
+        );
+        // An older Jenkins gives only BUILD_ID.
+        let old = CiEnv::default().context(&env(&[
+            ("JENKINS_URL", "https://ci.example/"),
+            ("BUILD_ID", "2026-01-01_12-00-00"),
+        ]));
+        assert_eq!(
+            old.attributes["cicd.pipeline.run.id"],
+            "2026-01-01_12-00-00"
+        );
     }
 
     #[test]

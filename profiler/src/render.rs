@@ -55,17 +55,26 @@ impl ExecReport {
         }
         if let Some(ci) = &self.ci {
             if let Some(sys) = ci.system {
-                let a = |k: &str| ci.attributes.get(k).map(String::as_str).unwrap_or("-");
+                let a = |k: &str| ci.attributes.get(k).map(String::as_str);
                 let _ = write!(
                     s,
                     " | {sys} {} run {} task {}",
-                    a("cicd.pipeline.name"),
-                    a("cicd.pipeline.run.id"),
-                    a("cicd.pipeline.task.name")
+                    a("cicd.pipeline.name").unwrap_or("-"),
+                    a("cicd.pipeline.run.id").unwrap_or("-"),
+                    a("cicd.pipeline.task.name").unwrap_or("-")
                 );
+                if let Some(id) = a("cicd.pipeline.task.run.id") {
+                    let _ = write!(s, " #{id}");
+                }
+                if let Some(w) = a("cicd.worker.name").or(a("cicd.worker.id")) {
+                    let _ = write!(s, " on {w}");
+                }
             }
             if let Some(t) = &ci.trace {
                 let _ = write!(s, " | trace {} parent {}", t.trace_id, t.span_id);
+            }
+            for (k, v) in &ci.env {
+                let _ = write!(s, " | {k}={v}");
             }
         }
         if self.partial {

@@ -84,8 +84,11 @@ fn ci_step_and_trace_come_from_the_first_programs_environment() {
         })
         .unwrap_or_else(|| panic!("no series of exec {id}: {body}"));
     for label in [
+        "cicd_pipeline_name=\"CI\"",
         "cicd_pipeline_run_id=\"4242\"",
         "cicd_pipeline_task_name=\"build\"",
+        "cicd_worker_name=\"runner-7\"",
+        "cicd_pipeline_run_url_full=\"https://github.example/acme/app/actions/runs/4242\"",
         "profiler_exec_env_BUILD_STEP=\"compile\"",
         "profiler_exec_trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"",
         "profiler_exec_parent_span_id=\"00f067aa0ba902b7\"",
@@ -150,6 +153,12 @@ fn each_exec_is_one_span_in_its_trace() {
         assert_eq!(s.end_unix_nano, u(&c["end_unix_ns"]), "ends with it");
         assert_eq!(s.attributes["cicd.pipeline.run.id"], "4242");
         assert_eq!(s.attributes["profiler.exec.path"], "traced");
+        assert!(
+            s.attributes
+                .values()
+                .all(|v| !v.contains("ghs_not_for_the_profiler")),
+            "a secret on the span: {s:?}"
+        );
         assert_eq!(s.resource["service.name"], "profiler");
         let cpu: f64 = s.attributes["profiler.exec.cpu.time"].parse().unwrap();
         assert_eq!(cpu, f(&c["cpu"]["on_cpu_ns"]) / 1e9, "{s:?}");

@@ -458,9 +458,10 @@ fn report_of_a_recorded_run_in_chromium() {
         "the parts add up"
     );
 
-    // Record strings are text, not markup, in a real browser too.
+    // Record strings are text, not markup, in a real browser too (the hover's details are
+    // checked below, once shown).
     assert_eq!(
-        b.eval("document.querySelectorAll('#execs tbody b, #timeline b, #tip b').length"),
+        b.eval("document.querySelectorAll('#execs tbody b, #timeline b').length"),
         0
     );
     let odd_row = row_of(odd_name);
@@ -614,6 +615,22 @@ fn report_of_a_recorded_run_in_chromium() {
     assert_eq!(
         detail(&mut b, "task"),
         serde_json::json!(["test #555", [[gl_task, "_blank", "noopener noreferrer"]]])
+    );
+    // The odd exec's details: its path and command as text; the only bold text is the
+    // page's own (one process name per listed process).
+    let odd_bar = format!(
+        "#timeline .exec[data-row=\"{}\"] rect:not(.hit)",
+        odd_row["row"].as_str().unwrap()
+    );
+    b.hover(&odd_bar);
+    let tip = b.eval("document.getElementById('tip').textContent");
+    let tip = tip.as_str().unwrap();
+    assert!(tip.contains(odd_command.as_str()), "{tip}");
+    assert!(tip.contains(odd_name), "{tip}");
+    assert_eq!(
+        b.eval("document.querySelectorAll('#tip b').length"),
+        b.eval("document.querySelectorAll('#tip ol.procs li').length"),
+        "markup from a record: {tip}"
     );
     assert_eq!(
         b.eval("performance.getEntriesByType('resource').length"),

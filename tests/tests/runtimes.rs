@@ -197,7 +197,7 @@ fn steps_of(build: &str) -> Vec<(String, String)> {
 /// Test 2: each RUN step of a `docker build` is an exec of `--runtime buildkit`, in its own
 /// network namespace, named by its command, with exact figures: 32 MiB of direct writes, a
 /// CPU-bound step against its cgroup's CPU time, a 2 ms step, 50 short processes, a loopback
-/// transfer; all steps together against the BuildKit parent's cpu.stat.
+/// transfer; all steps together against the BuildKit parent's cpu.stat; one exec per step.
 #[test]
 fn buildkit_steps_are_execs_with_exact_figures() {
     let d = Dockerd::start();
@@ -215,7 +215,7 @@ fn buildkit_steps_are_execs_with_exact_figures() {
     let steps = [
         "dd if=/dev/zero of=/io bs=1M count=32 oflag=direct status=none && rm /io && cpustat",
         "busy 400000 && cpustat",
-        "true",
+        "busy 2000 && cpustat",
         "for i in $(seq 50); do /bin/true; done",
         "netpeer serve 127.0.0.1:7000 > /tmp/ready & until grep -q ready /tmp/ready; do sleep 0.01; done; netpeer send 127.0.0.1:7000 4194304 1048576",
     ];
@@ -268,7 +268,13 @@ fn buildkit_steps_are_execs_with_exact_figures() {
         cpu,
         cpu_ns_lines(&output_of(steps[1]))[0],
     );
-    assert!(u(&short["cpu"]["on_cpu_ns"]) > 0, "{short}");
+    // A step of 2 ms: its spin, at least, and its cgroup's CPU time.
+    assert!(u(&short["cpu"]["on_cpu_ns"]) >= 2_000_000, "{short}");
+    check_cpu(
+        "buildkit 2 ms step",
+        short,
+        cpu_ns_lines(&output_of(steps[2]))[0],
+    );
     let trues = procs["processes"]
         .as_array()
         .unwrap()
@@ -299,8 +305,17 @@ fn buildkit_steps_are_execs_with_exact_figures() {
         e <= 0.01 || total.abs_diff(parent_ns) <= 2_000_000 * recs.len() as u64,
         "steps {total} ns vs parent {parent_ns} ns"
     );
-    let (code, _, _) = p.stop();
+    let (code, all, _) = p.stop();
     assert_eq!(code, 0);
+    // Each step once, and nothing else: one exec per RUN.
+    let mut ended: Vec<&str> = all
+        .iter()
+        .filter(|r| r["state"] == "ended" && container(r, "runtime") == Some("buildkit"))
+        .filter_map(|r| r["exec"].as_str())
+        .collect();
+    ended.sort_unstable();
+    ended.dedup();
+    assert_eq!(ended.len(), steps.len(), "one exec per RUN step: {ended:?}");
 }
 
 /// Test 3: podman containers are execs of `--runtime podman`, named from its storage.

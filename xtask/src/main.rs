@@ -271,7 +271,7 @@ pub(crate) fn ensure_backends() -> Result<(PathBuf, PathBuf)> {
             apt_install(&["python3-venv"])?;
         }
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        // The version whose debug output tests/src/backends.rs parses (rotel-agent alpha10).
+        // The version whose debug output tests/src/backends/rotel_log.rs parses.
         run(Command::new(venv.join("bin/pip")).args(["install", "-q", "rotel==0.0.1a15"]))?;
         // The wheel keeps the binary inside the package (site-packages/rotel/rotel-agent).
         let pkg = output(Command::new(venv.join("bin/python")).args([

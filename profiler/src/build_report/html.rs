@@ -654,7 +654,8 @@ fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
             dur(r.wall_ns)
         ),
     );
-    let whole = b.parts_total();
+    // Shares of task time, as in "Where the time went": the parts less what was counted
+    // twice add up to it.
     let mut parts = format!("{} =", dur(b.task_ns));
     for (k, (key, label, ns)) in b.parts().into_iter().enumerate() {
         let _ = write!(
@@ -662,11 +663,16 @@ fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
             "{} <i class=\"{key}\"></i>{label} {} ({:.1}%)",
             if k == 0 { "" } else { " +" },
             dur(ns),
-            pct(ns, whole)
+            pct(ns, b.task_ns)
         );
     }
     if b.overlap_ns > 0 {
-        let _ = write!(parts, " &minus; {} counted twice", dur(b.overlap_ns));
+        let _ = write!(
+            parts,
+            " &minus; {} counted twice ({:.1}%)",
+            dur(b.overlap_ns),
+            pct(b.overlap_ns, b.task_ns)
+        );
     }
     row(s, "task_time", "task time", parts);
     let stall = r.cpu.swapin_ns + r.cpu.reclaim_ns + r.cpu.thrashing_ns;

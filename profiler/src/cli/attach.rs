@@ -22,10 +22,7 @@ use crate::{
 /// The cgroup to watch: --cgroup, else the named runtime's cgroup parent (made when the
 /// runtime has not made it yet: it does at its first container).
 fn attach_dir(h: &Hierarchy, args: &AttachArgs, connected: Option<&Connected>) -> Result<PathBuf> {
-    if let Some(c) = connected {
-        eprintln!("profiler: runtime {}", c.describe);
-    }
-    match (&args.cgroup, connected) {
+    let dir = match (&args.cgroup, connected) {
         (Some(p), _) => h.resolve(p),
         (None, Some(c)) => {
             if !c.cgroup_parent.exists() {
@@ -45,7 +42,12 @@ fn attach_dir(h: &Hierarchy, args: &AttachArgs, connected: Option<&Connected>) -
             h.resolve(c.cgroup_parent.to_str().context("non-UTF-8 cgroup path")?)
         }
         (None, None) => bail!("--cgroup or --runtime is needed"),
+    }?;
+    // Said once the parent is known: an error is then the only line.
+    if let Some(c) = connected {
+        eprintln!("profiler: runtime {}", c.describe);
     }
+    Ok(dir)
 }
 
 pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
