@@ -105,6 +105,17 @@ mod tests {
                 .iter()
                 .all(|f| n.slot_mut(f.slot).is_some())
         );
+        let mut fin = FinalOffsets::ABSENT;
+        for f in FinalOffsets::FIELDS {
+            let slot = fin.slot_mut(f.slot).expect("a slot of the struct");
+            assert_eq!(*slot, ABSENT, "{}", f.slot);
+            *slot = 0;
+        }
+        assert_eq!(
+            fin.runqueues_secoff,
+            u64::MAX,
+            "extra slots keep their defaults"
+        );
         assert_eq!(DROP_COUNTERS as usize, DropReason::ALL.len());
         for (i, d) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*d as usize, i);

@@ -25,31 +25,40 @@ pub struct BtfField {
     /// Kernel struct, and member path (nested members joined by dots).
     pub ty: &'static str,
     pub path: &'static str,
-    /// Size in bytes the programs read.
+    /// Size in bytes the programs read (0: any size, e.g. an array read in parts).
     pub size: usize,
     pub need: Need,
     /// Resolved only when this other slot was (a struct reached through it).
     pub after: Option<&'static str>,
+    /// Fields that are used together: one missing makes them all absent.
+    pub group: Option<&'static str>,
 }
 
 /// Declares an offsets struct of u32 slots: `slot: Need "struct" "member.path" size,` (with
-/// `after other_slot` when reached through another field), then `extra` slots resolved by hand,
-/// with their defaults.
+/// `after other_slot` when reached through another field, `in group` when used with others),
+/// then `extra` slots resolved by hand, with their types and defaults (in an order that leaves
+/// no padding: the struct is handed to the programs byte for byte, which an assertion checks).
 macro_rules! btf_offsets {
     (
         $(#[$meta:meta])*
         pub struct $name:ident {
-            $( $(#[$fmeta:meta])* $slot:ident: $need:ident $ty:literal $path:literal $size:literal $(after $dep:ident)?, )*
+            $( $(#[$fmeta:meta])* $slot:ident: $need:ident $ty:literal $path:literal $size:literal $(after $dep:ident)? $(in $group:ident)?, )*
         }
-        extra { $( $(#[$emeta:meta])* $eslot:ident = $edefault:expr, )* }
+        extra { $( $(#[$emeta:meta])* $eslot:ident: $ety:ty = $edefault:expr, )* }
     ) => {
         $(#[$meta])*
         #[repr(C)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub struct $name {
             $( $(#[$fmeta])* pub $slot: u32, )*
-            $( $(#[$emeta])* pub $eslot: u32, )*
+            $( $(#[$emeta])* pub $eslot: $ety, )*
         }
+
+        // No padding: the struct goes to the programs byte for byte.
+        const _: () = assert!(
+            core::mem::size_of::<$name>()
+                == 4 * [$(stringify!($slot)),*].len() $(+ core::mem::size_of::<$ety>())*
+        );
 
         impl $name {
             /// Every slot absent: what the programs see before userspace fills the global in.
@@ -67,6 +76,7 @@ macro_rules! btf_offsets {
                     size: $size,
                     need: Need::$need,
                     after: btf_offsets!(@after $($dep)?),
+                    group: btf_offsets!(@after $($group)?),
                 }, )*
             ];
 
@@ -139,8 +149,8 @@ btf_offsets! {
     }
     extra {
         /// Byte holding the `in_iowait` bitfield, and the bit's mask within it.
-        task_in_iowait_byte = ABSENT,
-        task_in_iowait_mask = 0,
+        task_in_iowait_byte: u32 = ABSENT,
+        task_in_iowait_mask: u32 = 0,
     }
 }
 
@@ -161,79 +171,55 @@ btf_offsets! {
     extra {}
 }
 
-/// Offsets and constants for the figures read from a cgroup when it is removed (PSI totals,
-/// memory peak and events, pids peak, cpu usage), and for finding each CPU's per-cpu area.
-/// ABSENT where this kernel lacks the structure.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FinalOffsets {
-    /// Per-cpu discovery: task_struct.se.cfs_rq, cfs_rq.rq, rq.cpu, and the offsets of the
-    /// per-cpu variables `runqueues` and `this_cpu_off` in the per-cpu section.
-    pub task_se_cfs_rq: u32,
-    pub cfs_rq_rq: u32,
-    pub rq_cpu: u32,
-    pub _pad0: u32,
-    pub runqueues_secoff: u64,
-    pub this_cpu_off_secoff: u64,
-    /// PSI: cgroup.psi (pointer), psi_group.pcpu, psi_group.total (PSI_AVGS row first),
-    /// psi_group_cpu.times, .times_prev (PSI_AVGS row first), .state_mask.
-    pub cgroup_psi: u32,
-    pub psi_pcpu: u32,
-    pub psi_total: u32,
-    pub psic_times: u32,
-    pub psic_times_prev: u32,
-    pub psic_state_mask: u32,
-    /// NR_PSI_STATES (the last state, PSI_NONIDLE, weighs the others).
-    pub nr_psi_states: u32,
-    pub _pad2: u32,
-    /// cgroup.subsys[] and the indices of the memory and pids controllers in it.
-    pub cgroup_subsys: u32,
-    pub memory_cgrp_id: u32,
-    pub pids_cgrp_id: u32,
-    /// mem_cgroup.memory.watermark, mem_cgroup.memory_events, pids_cgroup.watermark.
-    pub memcg_watermark: u32,
-    pub memcg_events: u32,
-    pub pids_watermark: u32,
-    /// cgroup.bstat.cputime.sum_exec_runtime, cgroup.rstat_base_cpu (or rstat_cpu: per-cpu
-    /// pointer), and in the per-cpu struct bstat/last_bstat .cputime.sum_exec_runtime.
-    pub cgroup_bstat_sum: u32,
-    pub cgroup_rstat_cpu: u32,
-    pub rstatc_bstat_sum: u32,
-    pub rstatc_last_bstat_sum: u32,
-    /// Number of possible CPUs to walk (at most MAX_CPUS).
-    pub nr_cpus: u32,
-    pub _pad1: u32,
-}
-
-impl FinalOffsets {
-    pub const ABSENT: Self = Self {
-        task_se_cfs_rq: ABSENT,
-        cfs_rq_rq: ABSENT,
-        rq_cpu: ABSENT,
-        _pad0: 0,
-        runqueues_secoff: u64::MAX,
-        this_cpu_off_secoff: u64::MAX,
-        cgroup_psi: ABSENT,
-        psi_pcpu: ABSENT,
-        psi_total: ABSENT,
-        psic_times: ABSENT,
-        psic_times_prev: ABSENT,
-        psic_state_mask: ABSENT,
-        nr_psi_states: 0,
-        _pad2: 0,
-        cgroup_subsys: ABSENT,
-        memory_cgrp_id: ABSENT,
-        pids_cgrp_id: ABSENT,
-        memcg_watermark: ABSENT,
-        memcg_events: ABSENT,
-        pids_watermark: ABSENT,
-        cgroup_bstat_sum: ABSENT,
-        cgroup_rstat_cpu: ABSENT,
-        rstatc_bstat_sum: ABSENT,
-        rstatc_last_bstat_sum: ABSENT,
-        nr_cpus: 0,
-        _pad1: 0,
-    };
+btf_offsets! {
+    /// Offsets and constants for the figures read from a cgroup when it is removed (PSI totals,
+    /// memory peak and events, pids peak, cpu usage), and for finding each CPU's per-cpu area.
+    /// ABSENT where this kernel lacks the structure: a group's figures then come from the last
+    /// sample of the files.
+    pub struct FinalOffsets {
+        /// Per-cpu discovery: a task's runqueue, and that runqueue's CPU.
+        task_se_cfs_rq: Quiet "task_struct" "se.cfs_rq" 8 in percpu,
+        cfs_rq_rq: Quiet "cfs_rq" "rq" 8 in percpu,
+        rq_cpu: Quiet "rq" "cpu" 4 in percpu,
+        /// PSI: cgroup.psi (a pointer), psi_group.pcpu, psi_group.total (PSI_AVGS row first),
+        /// psi_group_cpu.times, .times_prev (PSI_AVGS row first), .state_mask.
+        cgroup_psi: Quiet "cgroup" "psi" 8 in psi,
+        psi_pcpu: Quiet "psi_group" "pcpu" 8 in psi,
+        psi_total: Quiet "psi_group" "total" 0 in psi,
+        psic_times: Quiet "psi_group_cpu" "times" 0 in psi,
+        psic_times_prev: Quiet "psi_group_cpu" "times_prev" 0 in psi,
+        psic_state_mask: Quiet "psi_group_cpu" "state_mask" 4 in psi,
+        /// cgroup.subsys[], where the memory and pids controllers' states are (their css is
+        /// the first member of their structs).
+        cgroup_subsys: Quiet "cgroup" "subsys" 0,
+        memcg_css: Quiet "mem_cgroup" "css" 0 in memory,
+        /// mem_cgroup.memory.watermark, mem_cgroup.memory_events (fewer events on older
+        /// kernels: the rest reads as the next fields), pids_cgroup.watermark.
+        memcg_watermark: Quiet "mem_cgroup" "memory.watermark" 8 in memory,
+        memcg_events: Quiet "mem_cgroup" "memory_events" 0 in memory,
+        pids_css: Quiet "pids_cgroup" "css" 0 in pids,
+        pids_watermark: Quiet "pids_cgroup" "watermark" 8 in pids,
+        /// cgroup.bstat.cputime.sum_exec_runtime, the per-cpu base stats (before 6.15:
+        /// cgroup.rstat_cpu, of type cgroup_rstat_cpu), and in them bstat/last_bstat.
+        cgroup_bstat_sum: Quiet "cgroup" "bstat.cputime.sum_exec_runtime" 8 in rstat,
+        cgroup_rstat_cpu: Quiet "cgroup" "rstat_base_cpu" 8 in rstat,
+        rstatc_bstat_sum: Quiet "cgroup_rstat_base_cpu" "bstat.cputime.sum_exec_runtime" 8 in rstat,
+        rstatc_last_bstat_sum: Quiet "cgroup_rstat_base_cpu" "last_bstat.cputime.sum_exec_runtime" 8 in rstat,
+    }
+    extra {
+        /// NR_PSI_STATES (the last state, PSI_NONIDLE, weighs the others).
+        nr_psi_states: u32 = 0,
+        /// Indices of the memory and pids controllers in cgroup.subsys[].
+        memory_cgrp_id: u32 = ABSENT,
+        pids_cgrp_id: u32 = ABSENT,
+        /// Number of possible CPUs to walk (at most MAX_CPUS).
+        nr_cpus: u32 = 0,
+        _pad: u32 = 0,
+        /// Offsets of the per-cpu variables `runqueues` and `this_cpu_off` in the per-cpu
+        /// section (per-cpu discovery).
+        runqueues_secoff: u64 = u64::MAX,
+        this_cpu_off_secoff: u64 = u64::MAX,
+    }
 }
 
 /// CPUs walked for the per-cpu figures of a removed cgroup.

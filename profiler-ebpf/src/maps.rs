@@ -42,7 +42,7 @@ pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
 
 pub(crate) const RING_BYTES: u32 = 1 << 20;
 
-/// Counters of records or entries that could not be stored (see DROP_* in profiler-common).
+/// Counters of records or entries that could not be stored, by `DropReason` (profiler-common).
 #[map]
 pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_COUNTERS, 0);
 

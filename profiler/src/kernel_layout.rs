@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use crate::sources;
 use btf_rs::{Btf, Type};
 use profiler_common::{
-    ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, MEMCG_EVENTS, Need, NetOffsets, PSI_STATES,
+    ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, Need, NetOffsets, PSI_STATES,
 };
 
 pub const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -359,31 +359,45 @@ impl KernelBtf {
     }
 
     /// Offsets for the figures read at a cgroup's removal. What this kernel lacks is ABSENT
-    /// (and listed in `missing`): those figures then come from the last sample of the files.
+    /// (and listed in `missing`), a group of fields used together as a whole: those figures
+    /// then come from the last sample of the files.
     fn final_offsets(&self, missing: &mut Vec<String>) -> (FinalOffsets, EnumNames, EnumNames) {
         let mut f = FinalOffsets::ABSENT;
-        let mut miss = |what: &str| missing.push(what.to_owned());
+        let mut broken: Vec<&'static str> = Vec::new();
+        for b in FinalOffsets::FIELDS {
+            let found = self
+                .field(b.ty, b.path)
+                .filter(|&(_, sz)| b.size == 0 || sz == b.size);
+            match (found, f.slot_mut(b.slot)) {
+                (Some((off, _)), Some(slot)) => *slot = off,
+                _ => match b.group {
+                    Some(g) => broken.push(g),
+                    None => missing.push(format!("{}.{}", b.ty, b.path)),
+                },
+            }
+        }
         let off = |root: &str, path: &str| self.field(root, path).map(|(o, _)| o);
-        // Per-cpu discovery.
+        // Before 6.15 the per-cpu base stats were cgroup.rstat_cpu, of type cgroup_rstat_cpu.
+        if broken.contains(&"rstat")
+            && let (Some(a), Some(b), Some(c), Some(d)) = (
+                off("cgroup", "bstat.cputime.sum_exec_runtime"),
+                off("cgroup", "rstat_cpu"),
+                off("cgroup_rstat_cpu", "bstat.cputime.sum_exec_runtime"),
+                off("cgroup_rstat_cpu", "last_bstat.cputime.sum_exec_runtime"),
+            )
+        {
+            broken.retain(|g| *g != "rstat");
+            (f.cgroup_bstat_sum, f.cgroup_rstat_cpu) = (a, b);
+            (f.rstatc_bstat_sum, f.rstatc_last_bstat_sum) = (c, d);
+        }
+        // What the fields alone do not tell.
         match (
-            off("task_struct", "se.cfs_rq"),
-            off("cfs_rq", "rq"),
-            off("rq", "cpu"),
             self.percpu_var("runqueues"),
             self.percpu_var("this_cpu_off"),
         ) {
-            (Some(a), Some(b), Some(c), Some(d), Some(e)) => {
-                f.task_se_cfs_rq = a;
-                f.cfs_rq_rq = b;
-                f.rq_cpu = c;
-                f.runqueues_secoff = d;
-                f.this_cpu_off_secoff = e;
-            }
-            _ => miss(
-                "per-cpu areas (task_struct.se.cfs_rq, rq.cpu, per-cpu runqueues/this_cpu_off)",
-            ),
+            (Some(r), Some(t)) => (f.runqueues_secoff, f.this_cpu_off_secoff) = (r, t),
+            _ => broken.push("percpu"),
         }
-        // PSI.
         let states: Vec<(String, u32)> = self
             .enum_values("psi_states")
             .into_iter()
@@ -392,88 +406,63 @@ impl KernelBtf {
         let nr = states
             .iter()
             .find(|(n, _)| n == "NR_PSI_STATES")
-            .map(|(_, v)| *v)
-            .unwrap_or(0);
+            .map_or(0, |(_, v)| *v);
         let avgs = self
             .enum_values("psi_aggregators")
             .into_iter()
             .find(|(n, _)| n == "PSI_AVGS")
             .map(|(_, v)| v);
-        match (
-            self.is_pointer("cgroup", "psi"),
-            off("cgroup", "psi"),
-            off("psi_group", "pcpu"),
-            off("psi_group", "total"),
-            off("psi_group_cpu", "times"),
-            off("psi_group_cpu", "times_prev"),
-            off("psi_group_cpu", "state_mask"),
-        ) {
-            (true, Some(a), Some(b), Some(c), Some(d), Some(e), Some(g))
-                if nr >= 2 && nr as usize <= PSI_STATES && avgs == Some(0) =>
-            {
-                f.cgroup_psi = a;
-                f.psi_pcpu = b;
-                f.psi_total = c;
-                f.psic_times = d;
-                f.psic_times_prev = e;
-                f.psic_state_mask = g;
-                f.nr_psi_states = nr;
-            }
-            _ => miss("cgroup PSI internals (cgroup.psi, psi_group, psi_group_cpu)"),
+        if self.is_pointer("cgroup", "psi")
+            && nr >= 2
+            && nr as usize <= PSI_STATES
+            && avgs == Some(0)
+        {
+            f.nr_psi_states = nr;
+        } else {
+            broken.push("psi");
         }
-        // memory and pids controllers.
         let ids = self.enum_values("cgroup_subsys_id");
         let id_of = |n: &str| ids.iter().find(|(x, _)| x == n).map(|(_, v)| *v as u32);
-        f.cgroup_subsys = off("cgroup", "subsys").unwrap_or(ABSENT);
-        match (
-            id_of("memory_cgrp_id"),
-            off("mem_cgroup", "css"),
-            off("mem_cgroup", "memory.watermark"),
-            self.field("mem_cgroup", "memory_events"),
-        ) {
-            (Some(id), Some(0), Some(w), Some((e, size))) if size >= 8 * MEMCG_EVENTS => {
-                f.memory_cgrp_id = id;
-                f.memcg_watermark = w;
-                f.memcg_events = e;
-            }
-            (Some(id), Some(0), Some(w), Some((e, _))) => {
-                // Fewer events on this kernel: read what there is (the rest reads as zero).
-                f.memory_cgrp_id = id;
-                f.memcg_watermark = w;
-                f.memcg_events = e;
-            }
-            _ => miss("memory controller internals (mem_cgroup.memory.watermark, memory_events)"),
+        match id_of("memory_cgrp_id") {
+            Some(id) if f.memcg_css == 0 => f.memory_cgrp_id = id,
+            _ => broken.push("memory"),
         }
-        match (
-            id_of("pids_cgrp_id"),
-            off("pids_cgroup", "css"),
-            self.field("pids_cgroup", "watermark"),
-        ) {
-            (Some(id), Some(0), Some((w, 8))) => {
-                f.pids_cgrp_id = id;
-                f.pids_watermark = w;
-            }
-            _ => miss("pids_cgroup.watermark (pids.peak)"),
+        match id_of("pids_cgrp_id") {
+            Some(id) if f.pids_css == 0 => f.pids_cgrp_id = id,
+            _ => broken.push("pids"),
         }
-        // cpu usage: flushed total plus per-cpu pending.
-        let (pcpu_field, pcpu_type) = if off("cgroup", "rstat_base_cpu").is_some() {
-            ("rstat_base_cpu", "cgroup_rstat_base_cpu")
-        } else {
-            ("rstat_cpu", "cgroup_rstat_cpu")
-        };
-        match (
-            off("cgroup", "bstat.cputime.sum_exec_runtime"),
-            off("cgroup", pcpu_field),
-            off(pcpu_type, "bstat.cputime.sum_exec_runtime"),
-            off(pcpu_type, "last_bstat.cputime.sum_exec_runtime"),
-        ) {
-            (Some(a), Some(b), Some(c), Some(d)) => {
-                f.cgroup_bstat_sum = a;
-                f.cgroup_rstat_cpu = b;
-                f.rstatc_bstat_sum = c;
-                f.rstatc_last_bstat_sum = d;
+        broken.sort_unstable();
+        broken.dedup();
+        for g in broken {
+            let mut names = Vec::new();
+            for b in FinalOffsets::FIELDS.iter().filter(|b| b.group == Some(g)) {
+                names.push(format!("{}.{}", b.ty, b.path));
+                if let Some(slot) = f.slot_mut(b.slot) {
+                    *slot = ABSENT;
+                }
             }
-            _ => miss("cgroup rstat internals (cgroup.bstat, per-cpu base stats)"),
+            let what = match g {
+                "percpu" => {
+                    (f.runqueues_secoff, f.this_cpu_off_secoff) = (u64::MAX, u64::MAX);
+                    names.push("per-cpu runqueues, this_cpu_off".into());
+                    "per-cpu areas"
+                }
+                "psi" => {
+                    f.nr_psi_states = 0;
+                    names.push("enum psi_states, psi_aggregators".into());
+                    "cgroup PSI internals"
+                }
+                "memory" => {
+                    f.memory_cgrp_id = ABSENT;
+                    "memory controller internals (memory.peak, memory.events)"
+                }
+                "pids" => {
+                    f.pids_cgrp_id = ABSENT;
+                    "pids controller internals (pids.peak)"
+                }
+                _ => "cgroup rstat internals (cpu usage)",
+            };
+            missing.push(format!("{what}: {}", names.join(", ")));
         }
         f.nr_cpus = crate::host::possible_cpus().min(MAX_CPUS);
         let events: Vec<(String, u32)> = self
