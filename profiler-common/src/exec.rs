@@ -20,12 +20,22 @@ pub const NO_SLOT: u32 = u32::MAX;
 // The two tables the programs look up on every event, `CGROUPS` (cgroup id -> entry) and
 // `EXECS` (the execs' totals), are arrays with open addressing, not hash maps: a hash map
 // lookup cost hundreds of ns on the project's machines, an array lookup is inlined by the
-// verifier. A key takes the first free slot of the `TABLE_PROBES` slots from `table_start`;
-// a slot is taken by compare-and-swap of its `owner` (0 when free), and freed by userspace.
-// Both are mapped into userspace (BPF_F_MMAPABLE).
+// verifier. A key takes the first free one of its probe sequence (`table_probe`); a slot is
+// taken by compare-and-swap of its owner (0 when free), and freed by userspace. The owners
+// (`CGROUPS`, whose slots are small, and `EXEC_OWNERS`) are mapped into userspace
+// (BPF_F_MMAPABLE), which takes and frees slots with the same atomics.
 
-/// Slots a key may take (see [`table_probe`]).
+/// Slots a cgroup may take in `CGROUPS` (a lookup of a cgroup outside the subtree reads them
+/// all): the table has twice `--max-cgroups` slots, so that it is at most half full.
 pub const TABLE_PROBES: u32 = 8;
+/// Slots an exec may take in `EXECS` (only looked up when an exec is made: its cgroups'
+/// entries keep its slot). The table has twice `--max-execs` slots: ended execs keep theirs
+/// for a while (see `EXEC_SLOT_HOLD_S`).
+pub const EXEC_PROBES: u32 = 32;
+/// Seconds an ended exec's slot stays taken after its cgroups were forgotten, so that a
+/// program that found the slot just before (a block request still in flight) adds to that
+/// exec, not to the next one to take the slot.
+pub const EXEC_SLOT_HOLD_S: u64 = 2;
 
 /// The `i`th slot of `key`'s probe sequence in a table of `n` slots.
 #[inline(always)]
@@ -44,12 +54,11 @@ pub struct CgroupSlot {
     pub _pad: u64,
 }
 
-/// An exec's totals kept by the kernel side: a slot of the `EXECS` table, whose `owner` is
-/// the exec id. Userspace zeroes a slot before it frees it.
+/// An exec's totals kept by the kernel side: a slot of the `EXECS` table (its owner, the exec
+/// id, is in `EXEC_OWNERS`). Userspace zeroes a slot before it frees it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExecStats {
-    pub owner: u64,
     /// Sum over the exec's ended tasks of their counters (minus any baseline).
     pub ended: TaskCounters,
     pub disk: DiskStats,

@@ -7,7 +7,6 @@ use core::{
 };
 
 use aya_ebpf::{
-    bindings::BPF_F_MMAPABLE,
     helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap},
@@ -18,10 +17,10 @@ use profiler_common::*;
 use crate::{config::*, maps::*, read::*};
 
 /// Block requests from their start to their completion, in slots by request pointer (see
-/// RequestSlot). Userspace maps it to free the slots of requests whose completion never came.
+/// RequestSlot). A request whose completion never came keeps its slot busy until the block
+/// layer reuses the request (found then, and counted as unseen).
 #[map]
-pub(crate) static REQUESTS: Array<RequestSlot> =
-    Array::with_max_entries(REQUEST_SLOTS, BPF_F_MMAPABLE);
+pub(crate) static REQUESTS: Array<RequestSlot> = Array::with_max_entries(REQUEST_SLOTS, 0);
 
 /// Bio pointer -> its origin, from block_getrq to the first issue of its request (kernels
 /// before 6.5, which lack block_io_start).

@@ -17,8 +17,8 @@ pub(crate) static CONFIG: Config = Config {
     blkcg_attribution: 0,
     block_getrq_fallback: 0,
     host_netns_inum: 0,
-    exec_slots: 4096,
-    cgroup_slots: 16384,
+    exec_slots: 8192,
+    cgroup_slots: 32768,
 };
 
 #[unsafe(no_mangle)]

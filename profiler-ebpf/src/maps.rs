@@ -20,11 +20,14 @@ use crate::config::*;
 /// Every cgroup of the watched subtree -> its exec (open addressing by cgroup id: see
 /// `TABLE_PROBES` in profiler-common). Userspace sets the size (CONFIG.cgroup_slots).
 #[map]
-pub(crate) static CGROUPS: Array<CgroupSlot> = Array::with_max_entries(16384, BPF_F_MMAPABLE);
+pub(crate) static CGROUPS: Array<CgroupSlot> = Array::with_max_entries(32768, BPF_F_MMAPABLE);
 
-/// The execs' totals, by slot (open addressing by exec id; CONFIG.exec_slots slots).
+/// The execs' totals, by slot (open addressing by exec id; CONFIG.exec_slots slots), and who
+/// owns each slot.
 #[map]
-pub(crate) static EXECS: Array<ExecStats> = Array::with_max_entries(4096, BPF_F_MMAPABLE);
+pub(crate) static EXECS: Array<ExecStats> = Array::with_max_entries(8192, 0);
+#[map]
+pub(crate) static EXEC_OWNERS: Array<u64> = Array::with_max_entries(8192, BPF_F_MMAPABLE);
 
 /// Tid -> counters at the moment the task came under the profiler while already running.
 #[map]
@@ -122,18 +125,15 @@ pub(crate) fn insert_entry(cgroup_id: u64, entry: &CgroupEntry) -> bool {
 #[inline(always)]
 pub(crate) fn exec_slot(exec_id: u64) -> u32 {
     let n = global(&CONFIG.exec_slots);
-    for i in 0..TABLE_PROBES {
+    for i in 0..EXEC_PROBES {
         let j = table_probe(exec_id, n, i);
-        let Some(s) = EXECS.get_ptr_mut(j) else {
+        let Some(s) = EXEC_OWNERS.get_ptr_mut(j) else {
             return NO_SLOT;
         };
-        // SAFETY: a map value; owner changes only by compare-and-swap (and userspace's free).
+        // SAFETY: a map value; it changes only by compare-and-swap (and userspace's free).
         unsafe {
-            let o = read_volatile(&(*s).owner);
-            if o == exec_id
-                || (o == 0
-                    && (cas(&mut (*s).owner, 0, exec_id) || read_volatile(&(*s).owner) == exec_id))
-            {
+            let o = read_volatile(s);
+            if o == exec_id || (o == 0 && (cas(s, 0, exec_id) || read_volatile(s) == exec_id)) {
                 return j;
             }
         }
@@ -141,9 +141,7 @@ pub(crate) fn exec_slot(exec_id: u64) -> u32 {
     NO_SLOT
 }
 
-/// The totals at an exec's slot. Userspace frees an ended exec's slot only some seconds after
-/// its cgroups were forgotten, so that a program still holding the slot (a request in flight)
-/// adds to that exec, not to the next one.
+/// The totals at an exec's slot (see EXEC_SLOT_HOLD_S for why no owner check is needed).
 #[inline(always)]
 pub(crate) fn stats_of(slot: u32) -> Option<&'static mut ExecStats> {
     match EXECS.get_ptr_mut(slot) {

@@ -118,8 +118,8 @@ impl Monitor {
             blkcg_attribution: blkcg as u32,
             block_getrq_fallback: block_getrq_fallback as u32,
             host_netns_inum: own_netns_inum()?,
-            exec_slots: opts.limits.max_execs,
-            cgroup_slots: opts.limits.max_cgroups,
+            exec_slots: opts.limits.exec_slots(),
+            cgroup_slots: opts.limits.cgroup_slots(),
         };
         let mut probes = Probes::load(&layout, config, opts.limits, aya_btf(&opts.btf)?)?;
         let mut notes: Vec<String> = layout
@@ -530,13 +530,21 @@ impl Monitor {
 
     /// Figures so far of the execs that still run.
     pub fn live(&mut self) -> Result<Vec<ExecReport>> {
+        let mut out = Vec::new();
+        self.live_each(|r| out.push(r))?;
+        out.sort_by(|a, b| a.exec.cmp(&b.exec));
+        Ok(out)
+    }
+
+    /// As [`Self::live`], one record at a time: a caller that keeps only what it derives from
+    /// each (the exporters' series) never holds them all (with 1,000 running execs, megabytes).
+    pub fn live_each(&mut self, mut f: impl FnMut(ExecReport)) -> Result<()> {
         self.drain();
         let recs = self.probes.snapshot()?;
         let snap = Snapshot::from_records(&recs);
         let mut net = self.probes.net_by_exec();
         let mut ids: Vec<u64> = self.execs.ids();
         ids.sort();
-        let mut out = Vec::new();
         for id in ids {
             if self
                 .execs
@@ -556,10 +564,9 @@ impl Monitor {
                 continue;
             }
             let net = net.remove(&id).unwrap_or_default();
-            out.push(self.finish(id, stats, Vec::new(), Some(&snap), net));
+            f(self.finish(id, stats, Vec::new(), Some(&snap), net));
         }
-        out.sort_by(|a, b| a.exec.cmp(&b.exec));
-        Ok(out)
+        Ok(())
     }
 
     /// Final records on the way out: ended execs (waiting up to the grace period for their

@@ -47,6 +47,18 @@ pub struct Limits {
     pub max_baselines: u32,
 }
 
+impl Limits {
+    /// Slots of the exec and cgroup tables: twice the most followed at once, so that they are
+    /// at most half full (see TABLE_PROBES in profiler-common).
+    pub fn exec_slots(&self) -> u32 {
+        self.max_execs.saturating_mul(2)
+    }
+
+    pub fn cgroup_slots(&self) -> u32 {
+        self.max_cgroups.saturating_mul(2)
+    }
+}
+
 /// An exec's entries in the network maps.
 #[derive(Default)]
 pub struct ExecNet {
@@ -67,7 +79,8 @@ pub struct Probes {
     /// block_io_start, or block_getrq on kernels without it.
     block_start: &'static str,
     cgroups: MappedArray<CgroupSlot>,
-    execs: MappedArray<ExecStats>,
+    exec_owners: MappedArray<u64>,
+    execs: Array<MapData, ExecStats>,
     /// Ended execs' slots, with when they may be freed (see `free_exec`).
     retired: VecDeque<(Instant, u64)>,
     pub baselines: HashMap<MapData, u32, TaskBaseline>,
@@ -77,10 +90,7 @@ pub struct Probes {
     percpu_rq: Array<MapData, u64>,
     hz: Array<MapData, u64>,
     jiffy_probe: Array<MapData, u64>,
-    requests: MappedArray<RequestSlot>,
     bio_origin: HashMap<MapData, u64, Inflight>,
-    /// Issued requests whose entry aged out without a completion (see expire_inflight).
-    completions_expired: u64,
     pub netns: HashMap<MapData, u64, NetnsEntry>,
     pub ifaces: HashMap<MapData, IfaceKey, IfaceTraffic>,
     pub net: NetStatus,
@@ -126,8 +136,9 @@ impl Probes {
                 layout.net.as_ref().unwrap_or(&NetOffsets::ABSENT),
                 true,
             )
-            .map_max_entries("EXECS", limits.max_execs)
-            .map_max_entries("CGROUPS", limits.max_cgroups)
+            .map_max_entries("EXECS", limits.exec_slots())
+            .map_max_entries("EXEC_OWNERS", limits.exec_slots())
+            .map_max_entries("CGROUPS", limits.cgroup_slots())
             .map_max_entries("BASELINES", limits.max_baselines)
             .load(OBJECT)
             .map_err(|e| anyhow!("cannot load the profiler's eBPF maps and programs: {e}"))?;
@@ -139,8 +150,9 @@ impl Probes {
             Map::Array(m) => Ok(m),
             _ => Err(anyhow!("map {name} is not an array")),
         };
-        let cgroups = MappedArray::new(array(&mut ebpf, "CGROUPS")?, limits.max_cgroups)?;
-        let execs = MappedArray::new(array(&mut ebpf, "EXECS")?, limits.max_execs)?;
+        let cgroups = MappedArray::new(array(&mut ebpf, "CGROUPS")?, limits.cgroup_slots())?;
+        let exec_owners = MappedArray::new(array(&mut ebpf, "EXEC_OWNERS")?, limits.exec_slots())?;
+        let execs = Array::try_from(take(&mut ebpf, "EXECS")?)?;
         let baselines = HashMap::try_from(take(&mut ebpf, "BASELINES")?)?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
         let drops = PerCpuArray::try_from(take(&mut ebpf, "DROPS")?)?;
@@ -148,7 +160,6 @@ impl Probes {
         let percpu_rq = Array::try_from(take(&mut ebpf, "PERCPU_RQ")?)?;
         let hz = Array::try_from(take(&mut ebpf, "HZ")?)?;
         let jiffy_probe = Array::try_from(take(&mut ebpf, "JIFFY_PROBE")?)?;
-        let requests = MappedArray::new(array(&mut ebpf, "REQUESTS")?, REQUEST_SLOTS)?;
         let bio_origin = HashMap::try_from(take(&mut ebpf, "BIO_ORIGIN")?)?;
         let netns = HashMap::try_from(take(&mut ebpf, "NETNS")?)?;
         let ifaces = HashMap::try_from(take(&mut ebpf, "IFACES")?)?;
@@ -156,6 +167,7 @@ impl Probes {
             ebpf,
             block_start,
             cgroups,
+            exec_owners,
             execs,
             retired: VecDeque::new(),
             baselines,
@@ -165,9 +177,7 @@ impl Probes {
             percpu_rq,
             hz,
             jiffy_probe,
-            requests,
             bio_origin,
-            completions_expired: 0,
             netns,
             ifaces,
             net: NetStatus {
@@ -395,9 +405,10 @@ impl Probes {
         Ok(n)
     }
 
-    /// The slot of `key` in a table with open addressing (CGROUPS, EXECS), if it has one.
-    fn find_slot<T: Copy>(table: &MappedArray<T>, key: u64) -> Option<usize> {
-        (0..TABLE_PROBES)
+    /// The slot of `key` in a table with open addressing (CGROUPS, EXEC_OWNERS), if it has
+    /// one.
+    fn find_slot<T: Copy>(table: &MappedArray<T>, key: u64, probes: u32) -> Option<usize> {
+        (0..probes)
             .map(|i| table_probe(key, table.len as u32, i) as usize)
             .find(|&j| table.atomic_u64(j, 0).load(Ordering::Acquire) == key)
     }
@@ -409,9 +420,10 @@ impl Probes {
     fn take_slot<T: Copy>(
         table: &MappedArray<T>,
         key: u64,
+        probes: u32,
         placeholder: u64,
     ) -> Option<(usize, bool)> {
-        for i in 0..TABLE_PROBES {
+        for i in 0..probes {
             let j = table_probe(key, table.len as u32, i) as usize;
             let owner = table.atomic_u64(j, 0);
             let o = owner.load(Ordering::Acquire);
@@ -433,13 +445,13 @@ impl Probes {
     /// Register a cgroup of the subtree (already registered by the kernel is fine).
     pub fn add_cgroup(&mut self, id: u64, exec_id: u64, depth: u32) -> Result<()> {
         let slot = if exec_id == id {
-            Self::take_slot(&self.execs, id, 0)
+            Self::take_slot(&self.exec_owners, id, EXEC_PROBES, 0)
                 .context("the exec table is full (raise --max-execs)")?
                 .0 as u32
         } else {
             self.entry(exec_id).map_or(NO_SLOT, |e| e.slot)
         };
-        let (j, new) = Self::take_slot(&self.cgroups, id, u64::MAX)
+        let (j, new) = Self::take_slot(&self.cgroups, id, TABLE_PROBES, u64::MAX)
             .context("the cgroup table is full (raise --max-cgroups)")?;
         if new {
             let entry = CgroupEntry {
@@ -456,7 +468,7 @@ impl Probes {
 
     /// A cgroup's entry.
     pub fn entry(&self, id: u64) -> Option<CgroupEntry> {
-        let j = Self::find_slot(&self.cgroups, id)?;
+        let j = Self::find_slot(&self.cgroups, id, TABLE_PROBES)?;
         Some(self.cgroups.read(j).entry)
     }
 
@@ -464,23 +476,24 @@ impl Probes {
     pub fn forget_cgroup(&mut self, id: u64) {
         // Only the owner goes: a program may still be reading the entry, and the next to take
         // the slot writes its own before it sets its owner.
-        if let Some(j) = Self::find_slot(&self.cgroups, id) {
+        if let Some(j) = Self::find_slot(&self.cgroups, id, TABLE_PROBES) {
             self.cgroups.atomic_u64(j, 0).store(0, Ordering::Release);
         }
     }
 
     /// An exec's totals so far.
     pub fn exec_stats(&self, exec_id: u64) -> Option<ExecStats> {
-        let j = Self::find_slot(&self.execs, exec_id)?;
-        Some(self.execs.read(j))
+        let j = Self::find_slot(&self.exec_owners, exec_id, EXEC_PROBES)?;
+        self.execs.get(&(j as u32), 0).ok()
     }
 
-    /// An exec has been reported and its cgroups forgotten: its slot is freed 5 s later, so
-    /// that a program that took the slot just before (a block request in flight) still adds
-    /// to this exec, not to the next to take the slot.
+    /// An exec has been reported and its cgroups forgotten: its slot is freed some seconds
+    /// later (see EXEC_SLOT_HOLD_S in profiler-common).
     pub fn free_exec(&mut self, exec_id: u64) {
-        self.retired
-            .push_back((Instant::now() + Duration::from_secs(5), exec_id));
+        self.retired.push_back((
+            Instant::now() + Duration::from_secs(EXEC_SLOT_HOLD_S),
+            exec_id,
+        ));
         self.release_retired();
     }
 
@@ -493,39 +506,23 @@ impl Probes {
                 break;
             }
             self.retired.pop_front();
-            let Some(j) = Self::find_slot(&self.execs, exec_id) else {
+            let Some(j) = Self::find_slot(&self.exec_owners, exec_id, EXEC_PROBES) else {
                 continue;
             };
-            let zero = ExecStats {
-                owner: exec_id,
-                ..Default::default()
-            };
-            // SAFETY: no program adds to the slot any more; its owner goes last.
-            unsafe { self.execs.write_field(j, 0, zero) };
-            self.execs.atomic_u64(j, 0).store(0, Ordering::Release);
+            if let Err(e) = self.execs.set(j as u32, ExecStats::default(), 0) {
+                eprintln!("profiler: warning: cannot reset an exec's slot: {e}");
+                continue; // the slot stays taken rather than carry old counts
+            }
+            self.exec_owners
+                .atomic_u64(j, 0)
+                .store(0, Ordering::Release);
         }
     }
 
-    /// Free the slots of requests (and the entries of bios) in flight for longer than
-    /// `max_age_ns`: their completion was never seen (a request merged into another, or one
-    /// issued whose completion the kernel did not deliver: counted as such). A slot of an
-    /// idle request stays with it (the block layer reuses its requests) until another takes it.
+    /// Remove the entries of bios whose request was never seen issued for longer than
+    /// `max_age_ns` (kernels before 6.5). A request's slot whose completion never came stays
+    /// busy until the block layer reuses that request: the kernel programs count it then.
     pub fn expire_inflight(&mut self, now_ns: u64, max_age_ns: u64) {
-        for i in 0..self.requests.len {
-            let owner = self.requests.atomic_u64(i, 0);
-            let o = owner.load(Ordering::Acquire);
-            if o & REQUEST_BUSY == 0 {
-                continue;
-            }
-            let v = self.requests.read(i).info;
-            if now_ns.saturating_sub(v.start_ns) > max_age_ns
-                && owner
-                    .compare_exchange(o, 0, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-            {
-                self.completions_expired += (v.issue_ns != 0) as u64;
-            }
-        }
         let entries: Vec<(u64, Inflight)> = self.bio_origin.iter().filter_map(|r| r.ok()).collect();
         for (k, v) in &entries {
             if now_ns.saturating_sub(v.start_ns) > max_age_ns {
@@ -561,7 +558,6 @@ impl Probes {
                 *slot = v.iter().sum();
             }
         }
-        out[DropReason::CompletionUnseen as usize] += self.completions_expired;
         out
     }
 

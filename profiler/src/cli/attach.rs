@@ -99,13 +99,16 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
             _ = sample_tick.tick() => {
                 mon.sample_files();
                 if let Some(x) = &exporters {
-                    match mon.live() {
-                        // Not before an exec is named: its series would change attributes.
-                        Ok(mut rows) => {
-                            let settling = mon.settling();
-                            rows.retain(|r| !settling.contains(&r.cgroup_id));
-                            x.live(&rows)
+                    // Not before an exec is named: its series would change attributes.
+                    let settling = mon.settling();
+                    let mut live = std::collections::HashMap::new();
+                    let r = mon.live_each(|r| {
+                        if !settling.contains(&r.cgroup_id) {
+                            x.add_live(&mut live, &r);
                         }
+                    });
+                    match r {
+                        Ok(()) => x.set_live(live),
                         Err(e) => eprintln!("profiler: warning: {e:#}"),
                     }
                 }

@@ -16,10 +16,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use self::metrics::ExecSeries;
 use anyhow::Result;
 pub use otlp::{OtlpConfig, Protocol, SpansConfig, TlsFiles, Transport, reqwest_identity};
 
-use self::metrics::{ExecAttributes, ExecSeries};
+use self::metrics::ExecAttributes;
 use crate::record::{ExecReport, ExecState};
 
 /// Most ended execs kept waiting for a successful OTLP export (an outage longer than this
@@ -197,13 +198,15 @@ impl Exporters {
         Arc::new(ExecSeries::of(r, self.attrs.of(r)))
     }
 
-    /// The running execs' figures so far (replaces the previous set).
-    pub fn live(&self, reports: &[ExecReport]) {
-        let live: HashMap<u64, Arc<ExecSeries>> = reports
-            .iter()
-            .filter(|r| r.state == ExecState::Running)
-            .map(|r| (r.cgroup_id, self.series(r)))
-            .collect();
+    /// The running execs' figures so far, one record at a time, to [`Self::set_live`].
+    pub fn add_live(&self, live: &mut HashMap<u64, Arc<ExecSeries>>, r: &ExecReport) {
+        if r.state == ExecState::Running {
+            live.insert(r.cgroup_id, self.series(r));
+        }
+    }
+
+    /// Replace the running execs' figures.
+    pub fn set_live(&self, live: HashMap<u64, Arc<ExecSeries>>) {
         lock(&self.shared).live = live;
     }
 
