@@ -147,6 +147,7 @@ impl Monitor {
         let base_path = hierarchy.kernel_path(&opts.cgroup);
         let mut execs = Execs::new(&base_path, opts.keep_procs);
         register_existing(&mut probes, &mut execs, &hierarchy, &opts)?;
+        probes.unmap_cgroups();
         let file_layout = FileLayout::discover(&hierarchy.mount);
         let partial_procs = take_baselines(&mut probes, &mut execs)?;
         probes.attach_task_programs()?;
@@ -441,6 +442,7 @@ impl Monitor {
                 .unwrap_or_default();
             out.push(self.finish(id, stats, notes, None, net));
         }
+        self.probes.unmap_cgroups();
         out
     }
 

@@ -78,8 +78,9 @@ pub struct Probes {
     ebpf: Ebpf,
     /// block_io_start, or block_getrq on kernels without it.
     block_start: &'static str,
-    cgroups: MappedArray<CgroupSlot>,
+    cgroups: CgroupTable,
     exec_owners: MappedArray<u64>,
+    _exec_owners_map: MapData,
     execs: Array<MapData, ExecStats>,
     /// Ended execs' slots, with when they may be freed (see `free_exec`).
     retired: VecDeque<(Instant, u64)>,
@@ -150,8 +151,14 @@ impl Probes {
             Map::Array(m) => Ok(m),
             _ => Err(anyhow!("map {name} is not an array")),
         };
-        let cgroups = MappedArray::new(array(&mut ebpf, "CGROUPS")?, limits.cgroup_slots())?;
-        let exec_owners = MappedArray::new(array(&mut ebpf, "EXEC_OWNERS")?, limits.exec_slots())?;
+        let cgroups = CgroupTable {
+            map: array(&mut ebpf, "CGROUPS")?,
+            len: limits.cgroup_slots(),
+            view: None,
+        };
+        // The programs refer to the map by its fd, which stays open with it.
+        let exec_owners_map = array(&mut ebpf, "EXEC_OWNERS")?;
+        let exec_owners = MappedArray::new(&exec_owners_map, limits.exec_slots())?;
         let execs = Array::try_from(take(&mut ebpf, "EXECS")?)?;
         let baselines = HashMap::try_from(take(&mut ebpf, "BASELINES")?)?;
         let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
@@ -168,6 +175,7 @@ impl Probes {
             block_start,
             cgroups,
             exec_owners,
+            _exec_owners_map: exec_owners_map,
             execs,
             retired: VecDeque::new(),
             baselines,
@@ -451,7 +459,8 @@ impl Probes {
         } else {
             self.entry(exec_id).map_or(NO_SLOT, |e| e.slot)
         };
-        let (j, new) = Self::take_slot(&self.cgroups, id, TABLE_PROBES, u64::MAX)
+        let cgroups = self.cgroups.view()?;
+        let (j, new) = Self::take_slot(cgroups, id, TABLE_PROBES, u64::MAX)
             .context("the cgroup table is full (raise --max-cgroups)")?;
         if new {
             let entry = CgroupEntry {
@@ -460,25 +469,38 @@ impl Probes {
                 slot,
             };
             // SAFETY: the slot is ours (owner is the placeholder) until its owner is set.
-            unsafe { self.cgroups.write_field(j, 8, entry) };
-            self.cgroups.atomic_u64(j, 0).store(id, Ordering::Release);
+            unsafe { cgroups.write_field(j, 8, entry) };
+            cgroups.atomic_u64(j, 0).store(id, Ordering::Release);
         }
         Ok(())
     }
 
     /// A cgroup's entry.
-    pub fn entry(&self, id: u64) -> Option<CgroupEntry> {
-        let j = Self::find_slot(&self.cgroups, id, TABLE_PROBES)?;
-        Some(self.cgroups.read(j).entry)
+    pub fn entry(&mut self, id: u64) -> Option<CgroupEntry> {
+        let cgroups = self.cgroups.view().ok()?;
+        let j = Self::find_slot(cgroups, id, TABLE_PROBES)?;
+        Some(cgroups.read(j).entry)
     }
 
     /// Forget a cgroup (its exec has been reported).
     pub fn forget_cgroup(&mut self, id: u64) {
+        let cgroups = match self.cgroups.view() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("profiler: warning: cannot free a cgroup's slot: {e:#}");
+                return;
+            }
+        };
         // Only the owner goes: a program may still be reading the entry, and the next to take
         // the slot writes its own before it sets its owner.
-        if let Some(j) = Self::find_slot(&self.cgroups, id, TABLE_PROBES) {
-            self.cgroups.atomic_u64(j, 0).store(0, Ordering::Release);
+        if let Some(j) = Self::find_slot(cgroups, id, TABLE_PROBES) {
+            cgroups.atomic_u64(j, 0).store(0, Ordering::Release);
         }
+    }
+
+    /// Done with the cgroup table for now (see [`CgroupTable`]).
+    pub fn unmap_cgroups(&mut self) {
+        self.cgroups.view = None;
     }
 
     /// An exec's totals so far.
@@ -607,11 +629,28 @@ fn load_error(name: &str, e: ProgramError) -> anyhow::Error {
     )
 }
 
+/// The cgroup table, mapped into the profiler only while it takes or frees slots (at start-up,
+/// and in batches when execs end): a mapped BPF array counts whole in the resident set
+/// (32,768 slots: 1 MiB).
+struct CgroupTable {
+    map: MapData,
+    len: u32,
+    view: Option<MappedArray<CgroupSlot>>,
+}
+
+impl CgroupTable {
+    fn view(&mut self) -> Result<&MappedArray<CgroupSlot>> {
+        if self.view.is_none() {
+            self.view = Some(MappedArray::new(&self.map, self.len)?);
+        }
+        Ok(self.view.as_ref().expect("mapped above"))
+    }
+}
+
 /// The memory of a BPF array created with BPF_F_MMAPABLE, mapped into the profiler: read and
-/// changed in place, as the kernel programs do, without a system call per element.
+/// changed in place, as the kernel programs do, without a system call per element. (The
+/// mapping keeps the map alive.)
 struct MappedArray<T> {
-    /// Keeps the map alive as long as the mapping.
-    _map: MapData,
     ptr: *mut T,
     len: usize,
     bytes: usize,
@@ -622,7 +661,7 @@ struct MappedArray<T> {
 unsafe impl<T> Send for MappedArray<T> {}
 
 impl<T: Copy> MappedArray<T> {
-    fn new(map: MapData, len: u32) -> Result<Self> {
+    fn new(map: &MapData, len: u32) -> Result<Self> {
         let len = len as usize;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
@@ -646,7 +685,6 @@ impl<T: Copy> MappedArray<T> {
             );
         }
         Ok(Self {
-            _map: map,
             ptr: ptr as *mut T,
             len,
             bytes,
