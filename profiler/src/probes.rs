@@ -715,7 +715,7 @@ impl<T: Copy> MappedArray<T> {
 
     /// The u64 at byte offset `off` of element `i`, for atomic access.
     fn atomic_u64(&self, i: usize, off: usize) -> &AtomicU64 {
-        assert!(i < self.len && off + 8 <= size_of::<T>() && off % 8 == 0);
+        assert!(i < self.len && off + 8 <= size_of::<T>() && off.is_multiple_of(8));
         // SAFETY: in bounds, 8-aligned (the mapping is page-aligned and T's size a multiple of
         // 8 here), and the kernel accesses it only atomically or as a whole u64.
         unsafe {

@@ -273,6 +273,74 @@ fn short_execs_all_arrive_and_memory_stays_flat() {
     p.stop();
 }
 
+/// Test 2b: 250 running execs, more than one OTLP collection shows (100, README "Memory"):
+/// each interval's round of collections shows every one of them, at most 100 in each
+/// collection (the points of one collection share its timestamp).
+#[test]
+fn running_execs_beyond_one_collection_all_arrive_in_bounded_collections() {
+    const EXECS: usize = 250;
+    const PER_COLLECTION: usize = 100;
+    let cg = TestCgroup::new("otlp-live");
+    let rotel = Rotel::start();
+    let p = attach_exporting(&cg, &rotel, "5s");
+    let mut sleepers = Vec::new();
+    let ids: Vec<String> = (0..EXECS)
+        .map(|i| {
+            let e = cg.child(&format!("l{i}"));
+            sleepers.push(spawn_in(&e, &["sleep", "600"]));
+            cgroup_id(&e).to_string()
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + secs(60);
+    let pts = loop {
+        let pts: Vec<Point> = rotel
+            .points()
+            .into_iter()
+            .filter(|p| p.metric == "container.cpu.time")
+            .collect();
+        let seen: HashSet<&str> = pts
+            .iter()
+            .filter_map(|p| p.attr("profiler.exec.cgroup_id"))
+            .collect();
+        let missing = ids.iter().filter(|i| !seen.contains(i.as_str())).count();
+        if missing == 0 {
+            break pts;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{missing} of {EXECS} running execs never exported"
+        );
+        thread::sleep(secs(1));
+    };
+    let mut per_collection: std::collections::HashMap<u64, HashSet<&str>> = Default::default();
+    for pt in &pts {
+        if let (Some(t), Some(id)) = (pt.time_unix_nano, pt.attr("profiler.exec.cgroup_id")) {
+            per_collection.entry(t).or_default().insert(id);
+        }
+    }
+    let most = per_collection.values().map(HashSet::len).max().unwrap_or(0);
+    assert!(
+        per_collection.len() >= EXECS.div_ceil(PER_COLLECTION),
+        "{EXECS} running execs in only {} collections",
+        per_collection.len()
+    );
+    assert!(
+        most <= PER_COLLECTION,
+        "one collection showed {most} running execs"
+    );
+    for mut s in sleepers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    let (code, _, stderr) = p.stop();
+    assert_eq!(code, 0, "{stderr:?}");
+    eprintln!(
+        "MEASURED otlp {EXECS} running execs: all exported while running, at most {most} in \
+         one collection, {} collections",
+        per_collection.len()
+    );
+}
+
 /// Test 3: the collector is down for 20 s while execs come and go; once it is back, every
 /// exec that ended meanwhile arrives with its final values, and the profiler warned once.
 #[test]

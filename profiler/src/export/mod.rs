@@ -30,6 +30,11 @@ const MAX_PENDING_FINALS: usize = 50_000;
 /// out over several exports, each request of bounded size and each metric within the SDK's
 /// series limit (set by a view in `Otlp::build`).
 pub(crate) const FINALS_PER_EXPORT: usize = 250;
+/// Most running execs one OTLP collection shows: each interval a round of collections shows
+/// them all, this many at a time. The SDK keeps a collection's points until the next one and
+/// the exporter copies them twice on their way out (about 1 KiB per point in all), so memory
+/// follows the size of one collection, not the number of running execs.
+pub(crate) const LIVE_PER_EXPORT: usize = 100;
 /// How long, and how many, ended execs the Prometheus endpoint keeps showing.
 const PROMETHEUS_RETENTION: Duration = Duration::from_secs(300);
 const PROMETHEUS_MAX_ENDED: usize = 10_000;
@@ -47,6 +52,8 @@ struct Final {
 #[derive(Default)]
 pub(crate) struct Shared {
     live: HashMap<u64, Arc<ExecSeries>>,
+    /// The running execs the current OTLP collection shows (None: all of them).
+    showing: Option<Vec<u64>>,
     /// Ended execs waiting for an OTLP export that succeeds after they were first collected.
     finals: VecDeque<Final>,
     /// Ended since the last export attempt: they join `finals` between two collections, so
@@ -65,12 +72,25 @@ impl Shared {
     /// Every series to show now: running execs, then the oldest ended ones not yet delivered.
     pub(crate) fn for_otlp(&mut self) -> Vec<Arc<ExecSeries>> {
         let attempt = self.attempt;
-        let mut out: Vec<Arc<ExecSeries>> = self.live.values().cloned().collect();
+        let mut out: Vec<Arc<ExecSeries>> = match &self.showing {
+            Some(ids) => ids
+                .iter()
+                .filter_map(|id| self.live.get(id).cloned())
+                .collect(),
+            None => self.live.values().cloned().collect(),
+        };
         for f in self.finals.iter_mut().take(FINALS_PER_EXPORT) {
             f.first.get_or_insert(attempt);
             out.push(f.series.clone());
         }
         out
+    }
+
+    /// The running execs in groups of at most `n`, for one round of OTLP collections.
+    pub(crate) fn live_groups(&self, n: usize) -> Vec<Vec<u64>> {
+        let mut ids: Vec<u64> = self.live.keys().copied().collect();
+        ids.sort_unstable();
+        ids.chunks(n).map(<[u64]>::to_vec).collect()
     }
 
     /// An OTLP export attempt ended: on success, forget the finals it carried. Returns the
@@ -283,6 +303,29 @@ mod tests {
         assert_eq!(ids(s.exported(true)), vec![3]);
         let left: Vec<u64> = s.finals.iter().map(|f| f.series.cgroup_id).collect();
         assert_eq!(left, vec![3]);
+    }
+
+    #[test]
+    fn a_round_of_collections_shows_each_running_exec_once() {
+        let mut s = Shared {
+            otlp: true,
+            ..Default::default()
+        };
+        s.live = (0..7u64).map(|i| (i, series(i))).collect();
+        let groups = s.live_groups(3);
+        assert_eq!(groups, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+        let mut shown = Vec::new();
+        for g in groups {
+            s.showing = Some(g);
+            shown.extend(s.for_otlp().iter().map(|x| x.cgroup_id));
+        }
+        assert_eq!(shown, (0..7).collect::<Vec<_>>());
+        // An exec that ended during the round is not shown as running.
+        s.showing = Some(vec![5, 6]);
+        s.live.remove(&6);
+        assert_eq!(s.for_otlp().len(), 1);
+        s.showing = None;
+        assert_eq!(s.for_otlp().len(), 6);
     }
 
     #[test]

@@ -8,8 +8,10 @@ use std::{
     sync::{
         Arc, Mutex, OnceLock,
         atomic::{AtomicBool, Ordering},
+        mpsc,
     },
-    time::Duration,
+    thread,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, anyhow};
@@ -31,7 +33,7 @@ use opentelemetry_sdk::{
 };
 
 use super::{
-    FINALS_PER_EXPORT, Shared,
+    FINALS_PER_EXPORT, LIVE_PER_EXPORT, Shared,
     http_client::{Cause, HttpWithCause, cause_of},
     lock,
     metrics::{DEFS, ExecSeries, Kind, M, histogram_values, latency_bounds_s, point_kv},
@@ -305,6 +307,64 @@ pub(crate) struct Otlp {
     runtime: Option<tokio::runtime::Runtime>,
     latency: LatencyHistogram,
     spans: Option<Spans>,
+    clock: Option<Clock>,
+}
+
+/// Starts each interval's round of collections: the running execs in groups of
+/// LIVE_PER_EXPORT, one collection and export each, so that no collection holds them all.
+/// With delta temporality one collection shows them all: the SDK computes a delta from the
+/// series of the previous collection only.
+struct Clock {
+    stop: mpsc::Sender<()>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Clock {
+    fn start(
+        provider: SdkMeterProvider,
+        shared: Arc<Mutex<Shared>>,
+        c: &OtlpConfig,
+    ) -> Result<Self> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let (interval, grouped) = (c.interval, !c.delta);
+        let thread = thread::Builder::new()
+            .name("profiler-otlp-clock".into())
+            .spawn(move || {
+                let mut next = Instant::now() + interval;
+                while let Err(mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(next.saturating_duration_since(Instant::now()))
+                {
+                    // A round longer than the interval starts the next one at once.
+                    next = (next + interval).max(Instant::now());
+                    let groups = match grouped {
+                        true => lock(&shared).live_groups(LIVE_PER_EXPORT),
+                        false => Vec::new(),
+                    };
+                    if groups.len() <= 1 {
+                        let _ = provider.force_flush();
+                        continue;
+                    }
+                    for ids in groups {
+                        lock(&shared).showing = Some(ids);
+                        // A failed export (the collector is down) ends the round: the next
+                        // interval tries again, one export per interval as without groups.
+                        let failed = provider.force_flush().is_err();
+                        if failed || !matches!(stopped.try_recv(), Err(mpsc::TryRecvError::Empty)) {
+                            break;
+                        }
+                    }
+                    lock(&shared).showing = None;
+                }
+            })
+            .context("cannot start the OTLP export clock")?;
+        Ok(Self { stop, thread })
+    }
+
+    /// Stop after the collection under way.
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
 }
 
 /// The disk latency histogram instrument, a delta: each ended exec's is recorded for the
@@ -360,8 +420,9 @@ impl Otlp {
             failing: AtomicBool::new(false),
             endpoint: config.metrics.endpoint.clone(),
         };
+        // The reader exports when the clock (below) asks it to, never on its own.
         let reader = PeriodicReader::builder(exporter)
-            .with_interval(config.interval)
+            .with_interval(Duration::from_secs(100 * 365 * 86400))
             .build();
         // Beyond its series limit (2000 by default) the SDK folds series into one overflow
         // series: size each metric's for every exec that one collection can show. (The SDK
@@ -470,6 +531,7 @@ impl Otlp {
             None => None,
         };
         drop(guard);
+        let clock = Clock::start(provider.clone(), shared.clone(), &config)?;
         Ok(Self {
             config,
             shared,
@@ -477,6 +539,7 @@ impl Otlp {
             runtime: Some(runtime),
             latency,
             spans,
+            clock: Some(clock),
         })
     }
 
@@ -507,6 +570,9 @@ impl Otlp {
 
     /// A last collection and export, bounded by the export timeout.
     pub(crate) fn shutdown(mut self) {
+        if let Some(c) = self.clock.take() {
+            c.stop();
+        }
         if let Some(s) = self.spans.take() {
             s.shutdown();
         }
