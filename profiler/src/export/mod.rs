@@ -38,6 +38,8 @@ pub(crate) const LIVE_PER_EXPORT: usize = 100;
 /// How long, and how many, ended execs the Prometheus endpoint keeps showing.
 const PROMETHEUS_RETENTION: Duration = Duration::from_secs(300);
 const PROMETHEUS_MAX_ENDED: usize = 10_000;
+/// How long an exec no longer running may wait for its final figures while still shown.
+const LEAVING_RETENTION: Duration = Duration::from_secs(300);
 
 /// An ended exec waiting for delivery.
 struct Final {
@@ -54,6 +56,10 @@ pub(crate) struct Shared {
     live: HashMap<u64, Arc<ExecSeries>>,
     /// The running execs the current OTLP collection shows (None: all of them).
     showing: Option<Vec<u64>>,
+    /// Execs no longer running and not yet among `finals`, as last seen running (and since
+    /// when): shown until they join `finals`, so that no collection between misses them (with
+    /// delta temporality the SDK would count a series that comes back from zero).
+    leaving: HashMap<u64, (Instant, Arc<ExecSeries>)>,
     /// Ended execs waiting for an OTLP export that succeeds after they were first collected.
     finals: VecDeque<Final>,
     /// Ended since the last export attempt: they join `finals` between two collections, so
@@ -77,13 +83,40 @@ impl Shared {
                 .iter()
                 .filter_map(|id| self.live.get(id).cloned())
                 .collect(),
-            None => self.live.values().cloned().collect(),
+            None => self
+                .live
+                .values()
+                .chain(
+                    self.leaving
+                        .iter()
+                        .filter(|(id, _)| !self.live.contains_key(id))
+                        .map(|(_, (_, s))| s),
+                )
+                .cloned()
+                .collect(),
         };
         for f in self.finals.iter_mut().take(FINALS_PER_EXPORT) {
             f.first.get_or_insert(attempt);
             out.push(f.series.clone());
         }
         out
+    }
+
+    /// Replace the running execs; those no longer running are shown as they were until their
+    /// final figures are.
+    fn set_live(&mut self, live: HashMap<u64, Arc<ExecSeries>>) {
+        let old = std::mem::replace(&mut self.live, live);
+        if self.otlp {
+            let now = Instant::now();
+            for (id, s) in old {
+                if !self.live.contains_key(&id) {
+                    self.leaving.insert(id, (now, s));
+                }
+            }
+            // One that never ends (none should) is forgotten in the end.
+            self.leaving
+                .retain(|_, (t, _)| now.duration_since(*t) < LEAVING_RETENTION);
+        }
     }
 
     /// The running execs in groups of at most `n`, for one round of OTLP collections.
@@ -114,6 +147,7 @@ impl Shared {
     #[must_use]
     pub(crate) fn next_histograms(&mut self) -> Vec<Arc<ExecSeries>> {
         for s in std::mem::take(&mut self.incoming) {
+            self.leaving.remove(&s.cgroup_id);
             if self.finals.len() >= MAX_PENDING_FINALS {
                 self.finals.pop_front();
                 self.finals_dropped += 1;
@@ -227,7 +261,7 @@ impl Exporters {
 
     /// Replace the running execs' figures.
     pub fn set_live(&self, live: HashMap<u64, Arc<ExecSeries>>) {
-        lock(&self.shared).live = live;
+        lock(&self.shared).set_live(live);
     }
 
     /// Execs whose figures are final (ended, or running at shutdown): exported once more
@@ -245,7 +279,11 @@ impl Exporters {
         let mut sh = lock(&self.shared);
         let now = Instant::now();
         for s in series {
-            sh.live.remove(&s.cgroup_id);
+            if let Some(running) = sh.live.remove(&s.cgroup_id)
+                && sh.otlp
+            {
+                sh.leaving.insert(s.cgroup_id, (now, running));
+            }
             if sh.otlp {
                 sh.incoming.push(s.clone());
             }
@@ -303,6 +341,50 @@ mod tests {
         assert_eq!(ids(s.exported(true)), vec![3]);
         let left: Vec<u64> = s.finals.iter().map(|f| f.series.cgroup_id).collect();
         assert_eq!(left, vec![3]);
+    }
+
+    #[test]
+    fn an_ended_exec_is_shown_as_it_ran_until_its_final_figures_are() {
+        let mut s = Shared {
+            otlp: true,
+            ..Default::default()
+        };
+        let running = series(1);
+        s.live.insert(1, running.clone());
+        assert!(s.exported(true).is_empty());
+        // Ended during a collection: until the attempt ends, it is shown as it ran.
+        s.leaving
+            .insert(1, (Instant::now(), s.live.remove(&1).unwrap()));
+        s.incoming.push(series(1));
+        for _ in 0..2 {
+            let shown = s.for_otlp();
+            assert_eq!(shown.len(), 1);
+            assert!(Arc::ptr_eq(&shown[0], &running));
+        }
+        // Between two collections it joins the finals: shown once, final.
+        assert_eq!(s.exported(true).len(), 1);
+        let shown = s.for_otlp();
+        assert_eq!(shown.len(), 1);
+        assert!(!Arc::ptr_eq(&shown[0], &running));
+        assert!(s.leaving.is_empty());
+        assert!(s.exported(true).is_empty());
+        assert!(s.for_otlp().is_empty());
+        // No longer running before its final figures come (its cgroup is gone, its last
+        // tasks still exiting): shown as it ran through any number of attempts until then.
+        let running = series(2);
+        s.set_live(HashMap::from([(2, running.clone())]));
+        s.set_live(HashMap::new());
+        for _ in 0..3 {
+            let shown = s.for_otlp();
+            assert_eq!(shown.len(), 1);
+            assert!(Arc::ptr_eq(&shown[0], &running));
+            assert!(s.exported(true).is_empty());
+        }
+        s.incoming.push(series(2));
+        assert_eq!(s.exported(true).len(), 1);
+        let shown = s.for_otlp();
+        assert!(shown.len() == 1 && !Arc::ptr_eq(&shown[0], &running));
+        assert!(s.leaving.is_empty());
     }
 
     #[test]
