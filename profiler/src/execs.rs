@@ -283,6 +283,8 @@ pub struct Exec {
     /// The name its record gives it instead of its path (`profiler run`: the cgroup's path
     /// on the v2 mount, for the attached cgroup's own exec).
     pub report_as: Option<String>,
+    /// The user and system time its last record gave (see `record`: never less in a later one).
+    pub cpu_split: std::cell::Cell<(u64, u64)>,
 }
 
 impl Exec {
@@ -367,6 +369,7 @@ impl Execs {
             ci: None,
             notes: Vec::new(),
             report_as: None,
+            cpu_split: Default::default(),
         });
     }
 

@@ -516,6 +516,10 @@ impl Monitor {
                 network,
             },
         );
+        // The split its record gave, for the next record (the record was made from a copy).
+        if let Some(e) = self.execs.get(id) {
+            e.cpu_split.set(exec.cpu_split.get());
+        }
         if exec.removed_ns.is_some()
             && let Some((_, ids)) = self.execs.take(id)
         {

@@ -2,7 +2,7 @@
 //! and its inputs. How it is shown (a line, the detailed report, the live table, JSON) is in
 //! the `render` module.
 
-use std::collections::HashMap;
+use std::{cell::Cell, collections::HashMap};
 
 use profiler_common::*;
 use serde::Serialize;
@@ -127,6 +127,25 @@ fn split_user_system(on_cpu: u64, utime: u64, stime: u64) -> (u64, u64) {
     }
     let system = (stime as u128 * on_cpu as u128 / (utime as u128 + stime as u128)) as u64;
     (on_cpu - system, system)
+}
+
+/// An exec's user and system time never go down from one record to the next, as the kernel's
+/// cputime_adjust() keeps them for cpu.stat: the tick ratio that splits on-CPU time moves as
+/// the exec runs, and an exported counter that went down would read as a reset.
+fn split_kept_monotonic(mut c: CpuReport, last: &Cell<(u64, u64)>) -> CpuReport {
+    let (user, system) = last.get();
+    if c.on_cpu_ns < user + system {
+        return c;
+    }
+    if c.system_ns < system {
+        c.system_ns = system;
+        c.user_ns = c.on_cpu_ns - system;
+    } else if c.user_ns < user {
+        c.user_ns = user;
+        c.system_ns = c.on_cpu_ns - user;
+    }
+    last.set((c.user_ns, c.system_ns));
+    c
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -350,7 +369,7 @@ impl ExecReport {
             start_unix_ns: monotonic_to_unix_ns(exec.started_ns),
             end_unix_ns: monotonic_to_unix_ns(exec.started_ns + wall_ns),
             live_tasks,
-            cpu: (&counters).into(),
+            cpu: split_kept_monotonic((&counters).into(), &exec.cpu_split),
             disk: (&stats.disk).into(),
             io: (&counters).into(),
             tasks: TasksReport {
@@ -386,6 +405,41 @@ mod tests {
         assert_eq!(
             split_user_system(u64::MAX, u64::MAX, u64::MAX).0,
             u64::MAX - u64::MAX / 2
+        );
+    }
+
+    #[test]
+    fn an_execs_user_and_system_time_never_go_down() {
+        let last = Cell::new((0, 0));
+        let cpu = |on_cpu, utime, stime| {
+            let (user_ns, system_ns) = split_user_system(on_cpu, utime, stime);
+            CpuReport {
+                on_cpu_ns: on_cpu,
+                user_ns,
+                system_ns,
+                ..Default::default()
+            }
+        };
+        let split = |c: CpuReport| (c.user_ns, c.system_ns);
+        // One tick each: half each.
+        assert_eq!(
+            split(split_kept_monotonic(cpu(1000, 1, 1), &last)),
+            (500, 500)
+        );
+        // Many user ticks later the ratio alone would give system 30: it keeps its 500.
+        assert_eq!(
+            split(split_kept_monotonic(cpu(3000, 99, 1), &last)),
+            (2500, 500)
+        );
+        // And user keeps what it had when system's share grows.
+        assert_eq!(
+            split(split_kept_monotonic(cpu(3100, 1, 99), &last)),
+            (2500, 600)
+        );
+        // Both sides always add up to on-CPU.
+        assert_eq!(
+            split(split_kept_monotonic(cpu(4000, 1, 1), &last)),
+            (2500, 1500)
         );
     }
 

@@ -341,6 +341,91 @@ fn running_execs_beyond_one_collection_all_arrive_in_bounded_collections() {
     );
 }
 
+/// Test 2c: with delta temporality, the points of a running exec's CPU time are deltas that
+/// add up to its final on-CPU time (to float rounding), each mode's series on its own.
+#[test]
+fn delta_temporality_points_add_up_to_the_record() {
+    let cg = TestCgroup::new("otlp-delta");
+    let rotel = Rotel::start();
+    let p = Attached::start(
+        &cg,
+        &[
+            "--otlp-endpoint",
+            &rotel.http_endpoint(),
+            "--export-interval",
+            "1s",
+            "--otlp-temporality",
+            "delta",
+        ],
+    );
+    let e = cg.child("delta-1");
+    let id = cgroup_id(&e);
+    // Spins 3 s: several exports while it runs.
+    run_born_in(&e, &[&busy(), "3000000"]);
+    rmdir(&e);
+    let rec = p.wait_ended(id, secs(30));
+    let idv = id.to_string();
+    for (mode, ns) in [
+        ("user", u(&rec["cpu"]["user_ns"])),
+        ("system", u(&rec["cpu"]["system_ns"])),
+    ] {
+        let want = ns as f64 / 1e9;
+        let deadline = std::time::Instant::now() + secs(60);
+        let (sum, n) = loop {
+            let pts: Vec<Point> = rotel
+                .points()
+                .into_iter()
+                .filter(|q| {
+                    q.metric == "container.cpu.time"
+                        && q.attr("profiler.exec.cgroup_id") == Some(idv.as_str())
+                        && q.attr("cpu.mode") == Some(mode)
+                })
+                .collect();
+            for q in &pts {
+                assert_eq!(q.temporality.as_deref(), Some("delta"), "{q:?}");
+                assert!(q.value >= 0.0, "a delta below zero: {q:?}");
+            }
+            let sum: f64 = pts.iter().map(|q| q.value).sum();
+            if (sum - want).abs() <= 1e-6 {
+                break (sum, pts.len());
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mode} deltas add up to {sum} s in {} points, the record says {want} s: {:?}",
+                pts.len(),
+                pts.iter()
+                    .map(|q| (q.start_time_unix_nano, q.time_unix_nano, q.value))
+                    .collect::<Vec<_>>()
+            );
+            thread::sleep(secs(1));
+        };
+        if mode == "user" {
+            assert!(n >= 2, "one point for a 3 s exec exported every second");
+        }
+        // Nothing more comes for it (a series shown again after a gap would start from zero).
+        thread::sleep(secs(3));
+        let later: f64 = rotel
+            .points()
+            .iter()
+            .filter(|q| {
+                q.metric == "container.cpu.time"
+                    && q.attr("profiler.exec.cgroup_id") == Some(idv.as_str())
+                    && q.attr("cpu.mode") == Some(mode)
+            })
+            .map(|q| q.value)
+            .sum();
+        assert!(
+            (later - want).abs() <= 1e-6,
+            "{mode}: {later} s later, {want} s"
+        );
+        eprintln!(
+            "MEASURED otlp delta {mode}: {n} points add up to {sum:.9} s, record {want:.9} s"
+        );
+    }
+    let (code, _, stderr) = p.stop();
+    assert_eq!(code, 0, "{stderr:?}");
+}
+
 /// Test 3: the collector is down for 20 s while execs come and go; once it is back, every
 /// exec that ended meanwhile arrives with its final values, and the profiler warned once.
 #[test]
