@@ -481,7 +481,20 @@ impl Attached {
     pub fn stop_with(mut self, signal: i32) -> (i32, Vec<Value>, Vec<String>) {
         // SAFETY: signal the profiler this test started.
         unsafe { libc::kill(self.child.id() as i32, signal) };
-        let status = self.child.wait().unwrap();
+        // Its last export is bounded by the export timeout: a profiler that hangs on exit
+        // fails the test instead of hanging it.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the profiler did not exit within 60 s of signal {signal}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         for t in self.readers.drain(..) {
             t.join().unwrap();
         }

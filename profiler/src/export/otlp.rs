@@ -360,9 +360,11 @@ impl Clock {
         Ok(Self { stop, thread })
     }
 
-    /// Stop after the collection under way.
+    /// Stop after the collection under way. The channel is closed, not sent on: a message
+    /// could be taken by the check between two collections of a round and the clock would
+    /// then wait for another, and the exit for the clock, for ever.
     fn stop(self) {
-        let _ = self.stop.send(());
+        drop(self.stop);
         let _ = self.thread.join();
     }
 }
