@@ -420,27 +420,19 @@ mod tests {
                 ..Default::default()
             }
         };
-        let split = |c: CpuReport| (c.user_ns, c.system_ns);
-        // One tick each: half each.
-        assert_eq!(
-            split(split_kept_monotonic(cpu(1000, 1, 1), &last)),
-            (500, 500)
-        );
-        // Many user ticks later the ratio alone would give system 30: it keeps its 500.
-        assert_eq!(
-            split(split_kept_monotonic(cpu(3000, 99, 1), &last)),
-            (2500, 500)
-        );
-        // And user keeps what it had when system's share grows.
-        assert_eq!(
-            split(split_kept_monotonic(cpu(3100, 1, 99), &last)),
-            (2500, 600)
-        );
-        // Both sides always add up to on-CPU.
-        assert_eq!(
-            split(split_kept_monotonic(cpu(4000, 1, 1), &last)),
-            (2500, 1500)
-        );
+        for (on_cpu, utime, stime, want) in [
+            // One tick each: half each.
+            (1000, 1, 1, (500, 500)),
+            // Many user ticks later the ratio alone would give system 30: it keeps its 500.
+            (3000, 99, 1, (2500, 500)),
+            // And user keeps what it had when system's share grows.
+            (3100, 1, 99, (2500, 600)),
+            // Both sides always add up to on-CPU.
+            (4000, 1, 1, (2500, 1500)),
+        ] {
+            let c = split_kept_monotonic(cpu(on_cpu, utime, stime), &last);
+            assert_eq!((c.user_ns, c.system_ns), want, "{on_cpu} {utime}:{stime}");
+        }
     }
 
     #[test]

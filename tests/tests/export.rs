@@ -57,18 +57,12 @@ fn wait_all(rotel: &Rotel, metric: &str, want: &[(u64, f64)]) {
 }
 
 /// Attach to `cg`, exporting to `rotel` over HTTP every second with an export timeout.
-fn attach_exporting(cg: &TestCgroup, rotel: &Rotel, timeout: &str) -> Attached {
-    Attached::start(
-        cg,
-        &[
-            "--otlp-endpoint",
-            &rotel.http_endpoint(),
-            "--export-interval",
-            "1s",
-            "--otlp-timeout",
-            timeout,
-        ],
-    )
+/// `attach` exporting over HTTP to `rotel` every second, with these export settings besides.
+fn attach_exporting(cg: &TestCgroup, rotel: &Rotel, settings: &[&str]) -> Attached {
+    let endpoint = rotel.http_endpoint();
+    let mut args = vec!["--otlp-endpoint", &endpoint, "--export-interval", "1s"];
+    args.extend(settings);
+    Attached::start(cg, &args)
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -282,7 +276,7 @@ fn running_execs_beyond_one_collection_all_arrive_in_bounded_collections() {
     const PER_COLLECTION: usize = 100;
     let cg = TestCgroup::new("otlp-live");
     let rotel = Rotel::start();
-    let p = attach_exporting(&cg, &rotel, "5s");
+    let p = attach_exporting(&cg, &rotel, &["--otlp-timeout", "5s"]);
     let mut sleepers = Vec::new();
     let ids: Vec<String> = (0..EXECS)
         .map(|i| {
@@ -347,17 +341,7 @@ fn running_execs_beyond_one_collection_all_arrive_in_bounded_collections() {
 fn delta_temporality_points_add_up_to_the_record() {
     let cg = TestCgroup::new("otlp-delta");
     let rotel = Rotel::start();
-    let p = Attached::start(
-        &cg,
-        &[
-            "--otlp-endpoint",
-            &rotel.http_endpoint(),
-            "--export-interval",
-            "1s",
-            "--otlp-temporality",
-            "delta",
-        ],
-    );
+    let p = attach_exporting(&cg, &rotel, &["--otlp-temporality", "delta"]);
     let e = cg.child("delta-1");
     let id = cgroup_id(&e);
     // Spins 3 s: several exports while it runs.
@@ -371,8 +355,8 @@ fn delta_temporality_points_add_up_to_the_record() {
     ] {
         let want = ns as f64 / 1e9;
         let deadline = std::time::Instant::now() + secs(60);
-        let (sum, n) = loop {
-            let pts: Vec<Point> = rotel
+        let points = || -> Vec<Point> {
+            rotel
                 .points()
                 .into_iter()
                 .filter(|q| {
@@ -380,7 +364,10 @@ fn delta_temporality_points_add_up_to_the_record() {
                         && q.attr("profiler.exec.cgroup_id") == Some(idv.as_str())
                         && q.attr("cpu.mode") == Some(mode)
                 })
-                .collect();
+                .collect()
+        };
+        let (sum, n) = loop {
+            let pts = points();
             for q in &pts {
                 assert_eq!(q.temporality.as_deref(), Some("delta"), "{q:?}");
                 assert!(q.value >= 0.0, "a delta below zero: {q:?}");
@@ -404,16 +391,7 @@ fn delta_temporality_points_add_up_to_the_record() {
         }
         // Nothing more comes for it (a series shown again after a gap would start from zero).
         thread::sleep(secs(3));
-        let later: f64 = rotel
-            .points()
-            .iter()
-            .filter(|q| {
-                q.metric == "container.cpu.time"
-                    && q.attr("profiler.exec.cgroup_id") == Some(idv.as_str())
-                    && q.attr("cpu.mode") == Some(mode)
-            })
-            .map(|q| q.value)
-            .sum();
+        let later: f64 = points().iter().map(|q| q.value).sum();
         assert!(
             (later - want).abs() <= 1e-6,
             "{mode}: {later} s later, {want} s"
@@ -434,7 +412,7 @@ fn execs_ended_during_an_outage_arrive_afterwards() {
     let scratch = scratch_dir("otlp-outage");
     let of = scratch.join("f");
     let mut rotel = Rotel::start();
-    let p = attach_exporting(&cg, &rotel, "1s");
+    let p = attach_exporting(&cg, &rotel, &["--otlp-timeout", "1s"]);
     rotel.stop();
     let mut ids = Vec::new();
     let start = std::time::Instant::now();
@@ -603,8 +581,8 @@ fn prometheus_scrapes_per_exec_values() {
 fn a_backlog_larger_than_one_collection_arrives_whole() {
     let cg = TestCgroup::new("otlp-backlog");
     let mut rotels = [Rotel::start(), Rotel::start()];
-    let periodic = attach_exporting(&cg, &rotels[0], "1s");
-    let stopped = attach_exporting(&cg, &rotels[1], "5s");
+    let periodic = attach_exporting(&cg, &rotels[0], &["--otlp-timeout", "1s"]);
+    let stopped = attach_exporting(&cg, &rotels[1], &["--otlp-timeout", "5s"]);
     rotels.iter_mut().for_each(Rotel::stop);
     let ids: Vec<u64> = (0..1100)
         .map(|i| {
