@@ -5,7 +5,7 @@ pub const EV_EXEC_CREATED: u32 = 1;
 pub const EV_CGROUP_REMOVED: u32 = 2;
 pub const EV_TASK_END: u32 = 3;
 pub const EV_PROC_EXEC: u32 = 4;
-pub const EV_PROC_FORK: u32 = 5;
+// 5 was a fork record: a process's parent is now in its task records.
 pub const EV_TASK_SNAPSHOT: u32 = 6;
 pub const EV_CGROUP_CREATED: u32 = 7;
 pub const EV_EXEC_FINAL: u32 = 8;
@@ -40,15 +40,4 @@ pub struct ProcExecEvent {
     pub comm: [u8; COMM_LEN],
     /// argv as NUL-separated strings, truncated to ARGS_LEN.
     pub args: [u8; ARGS_LEN],
-}
-
-/// A new process (not thread) was forked into an exec.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ProcForkEvent {
-    pub kind: u32,
-    pub tgid: u32,
-    pub parent_tgid: u32,
-    pub _pad: u32,
-    pub exec_id: u64,
 }

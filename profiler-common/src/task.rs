@@ -119,6 +119,10 @@ pub struct TaskRecord {
     pub flags: u32,
     pub exec_id: u64,
     pub start_time_ns: u64,
+    /// The process's parent (real_parent's tgid) when the record was made: a process that
+    /// never called execve runs its parent's program.
+    pub parent_tgid: u32,
+    pub _pad: u32,
     pub comm: [u8; COMM_LEN],
     pub counters: TaskCounters,
 }

@@ -38,7 +38,7 @@ pub(crate) static BASELINES: HashMap<u32, TaskBaseline> = HashMap::with_max_entr
 pub(crate) static IOWAITS: HashMap<u32, IoWait> = HashMap::with_max_entries(32768, 0);
 
 /// Lifecycle records to userspace. The reader maps the data twice (a ring wraps around), and
-/// every page counts in its RSS: 1 MiB holds ~4,000 records (a process's fork, execve and end
+/// every page counts in its RSS: 1 MiB holds ~4,000 records (a process's execve and end
 /// take ~500 bytes), the reader drains every 100 ms and is woken at a quarter full.
 #[map]
 pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);

@@ -17,7 +17,6 @@ pub enum Event {
     Cgroup(CgroupEvent),
     TaskEnd(TaskRecord),
     ProcExec(ProcExecEvent),
-    ProcFork(ProcForkEvent),
     ExecFinal(ExecFinalEvent),
 }
 
@@ -40,7 +39,6 @@ impl Event {
             EV_EXEC_CREATED | EV_CGROUP_CREATED | EV_CGROUP_REMOVED => Event::Cgroup(read(bytes)?),
             EV_TASK_END => Event::TaskEnd(read(bytes)?),
             EV_PROC_EXEC => Event::ProcExec(read(bytes)?),
-            EV_PROC_FORK => Event::ProcFork(read(bytes)?),
             EV_EXEC_FINAL => Event::ExecFinal(read(bytes)?),
             k => bail!("unknown record kind {k}"),
         })
@@ -148,16 +146,33 @@ impl ProcTable {
         })
     }
 
-    pub fn on_fork(&mut self, tgid: u32, parent_tgid: u32) {
-        let (comm, args) = match self.live.get(&parent_tgid) {
-            Some(p) => (p.comm.clone(), p.args.clone()),
-            None => (String::new(), String::new()),
+    /// A process with no command line of its own (no execve seen) runs its parent's
+    /// program: it takes the parent's command line when the parent is known.
+    fn inherit_command(&mut self, tgid: u32, parent_tgid: u32) {
+        if parent_tgid == tgid || self.live.get(&tgid).is_some_and(|p| !p.args.is_empty()) {
+            return;
+        }
+        let Some(parent) = self.live.get(&parent_tgid).filter(|p| !p.args.is_empty()) else {
+            return;
         };
+        let (comm, args) = (parent.comm.clone(), parent.args.clone());
         let p = self.live_entry(tgid);
-        // A forked child runs its parent's program until it calls execve.
+        p.args = args;
         if p.comm.is_empty() {
             p.comm = comm;
-            p.args = args;
+        }
+    }
+
+    /// A running process, from a snapshot record of its leader: known from now on, with its
+    /// name, and its parent's command line if it has not called execve.
+    pub fn on_running(&mut self, rec: &TaskRecord) {
+        if self.done.iter().any(|p| p.tgid == rec.tgid) {
+            return;
+        }
+        self.inherit_command(rec.tgid, rec.parent_tgid);
+        let p = self.live_entry(rec.tgid);
+        if p.comm.is_empty() {
+            p.comm = cstr(&rec.comm);
         }
     }
 
@@ -185,6 +200,9 @@ impl ProcTable {
             p.counters.add(&rec.counters);
             p.threads += 1;
             return;
+        }
+        if rec.flags & TASK_LEADER != 0 {
+            self.inherit_command(rec.tgid, rec.parent_tgid);
         }
         let p = self.live_entry(rec.tgid);
         p.counters.add(&rec.counters);
@@ -236,7 +254,7 @@ impl ProcTable {
             }
             out.push(p);
         }
-        // Running processes only seen in the snapshot (no fork or exec seen for them).
+        // Running processes seen only through threads in the snapshot (the leader has exited).
         for (tgid, (c, threads)) in live_counters {
             if !self.live.contains_key(tgid) && !self.done.iter().any(|p| p.tgid == *tgid) {
                 out.push(Proc {
@@ -463,11 +481,6 @@ impl Execs {
                     );
                 }
             }
-            Event::ProcFork(f) => {
-                if let Some(e) = self.execs.get_mut(&f.exec_id) {
-                    e.procs.on_fork(f.tgid, f.parent_tgid);
-                }
-            }
             Event::ExecFinal(f) => {
                 if let Some(e) = self.execs.get_mut(&f.cgroup_id) {
                     e.final_figures = Some(*f);
@@ -594,6 +607,8 @@ mod tests {
             flags: if pid == tgid { TASK_LEADER } else { 0 },
             exec_id: 7,
             start_time_ns: 0,
+            parent_tgid: 1,
+            _pad: 0,
             comm: c,
             counters: TaskCounters {
                 oncpu_ns: cpu,
@@ -633,7 +648,6 @@ mod tests {
     #[test]
     fn threads_merge_into_their_process() {
         let mut t = ProcTable::new(10);
-        t.on_fork(100, 1);
         t.on_exec(100, "cc1".into(), "cc1 -O2".into());
         t.on_task_end(&task(100, 101, 5, "cc1"));
         t.on_task_end(&task(100, 100, 7, "cc1"));
@@ -651,11 +665,21 @@ mod tests {
     fn forked_child_inherits_command_until_exec() {
         let mut t = ProcTable::new(10);
         t.on_exec(1, "make".into(), "make -j2".into());
-        t.on_fork(2, 1);
-        t.on_task_end(&task(2, 2, 1, "make"));
+        // Running, seen in a snapshot: the parent's command line and its own name.
+        let mut running = task(2, 2, 0, "make");
+        running.kind = EV_TASK_SNAPSHOT;
+        t.on_running(&running);
+        // Ended without a snapshot: the parent's command line too.
+        t.on_task_end(&task(3, 3, 1, "make"));
+        // A child that called execve keeps its own.
+        t.on_exec(4, "cc1".into(), "cc1 -O2".into());
+        t.on_task_end(&task(4, 4, 1, "cc1"));
         let p = t.processes(&HashMap::new());
-        let child = p.iter().find(|p| p.tgid == 2).unwrap();
-        assert_eq!(child.args, "make -j2");
+        let args = |tgid| p.iter().find(|p| p.tgid == tgid).unwrap().args.clone();
+        assert_eq!(args(2), "make -j2");
+        assert_eq!(args(3), "make -j2");
+        assert_eq!(args(4), "cc1 -O2");
+        assert_eq!(p.iter().find(|p| p.tgid == 2).unwrap().comm, "make");
     }
 
     #[test]

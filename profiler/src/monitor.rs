@@ -547,6 +547,11 @@ impl Monitor {
     pub fn live_each(&mut self, mut f: impl FnMut(ExecReport)) -> Result<()> {
         self.drain();
         let recs = self.probes.snapshot()?;
+        for r in recs.iter().filter(|r| r.pid == r.tgid) {
+            if let Some(e) = self.execs.get_mut(r.exec_id) {
+                e.procs.on_running(r);
+            }
+        }
         let snap = Snapshot::from_records(&recs);
         let mut net = self.probes.net_by_exec();
         let mut ids: Vec<u64> = self.execs.ids();
