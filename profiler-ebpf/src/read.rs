@@ -76,6 +76,8 @@ pub(crate) fn task_dfl_cgroup(task: *const u8) -> *const u8 {
     ld_ptr(ld_ptr(task, off!(task_cgroups)), off!(css_set_dfl_cgrp))
 }
 
+/// The task's cgroup v2 id (`task` BTF-typed). Where the task is current, the same as
+/// `bpf_get_current_cgroup_id` in four loads, without its call (~50 ns here).
 #[inline(always)]
 pub(crate) fn task_cgroup_id(task: *const u8) -> u64 {
     cgroup_id(task_dfl_cgroup(task))

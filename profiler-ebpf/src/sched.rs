@@ -3,11 +3,7 @@
 
 use core::ptr::read_volatile;
 
-use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
-    macros::btf_tracepoint,
-    programs::BtfTracePointContext,
-};
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::btf_tracepoint, programs::BtfTracePointContext};
 use profiler_common::*;
 
 use crate::{config::*, maps::*, read::*, task::*};
@@ -52,9 +48,7 @@ pub(crate) const TASK_DEAD: u32 = 0x80;
 
 #[inline(always)]
 pub(crate) fn iowait_block(task: *const u8) -> Option<()> {
-    // The switched-out task is still current.
-    // SAFETY: helper without arguments.
-    entry_of(unsafe { bpf_get_current_cgroup_id() })?;
+    entry_of(task_cgroup_id(task))?;
     let tid = ld::<u32>(task, off!(task_pid));
     let start = ld::<u64>(task, off!(task_start_time));
     // SAFETY: helper without arguments.

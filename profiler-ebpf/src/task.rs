@@ -5,7 +5,7 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::BPF_RB_FORCE_WAKEUP,
-    helpers::{bpf_get_current_cgroup_id, bpf_probe_read_user_buf, generated as helper},
+    helpers::{bpf_probe_read_user_buf, generated as helper},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
@@ -48,8 +48,7 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 pub(crate) fn try_exec(task: *const u8) -> Option<()> {
-    // SAFETY: helper without arguments.
-    let entry = entry_of(unsafe { bpf_get_current_cgroup_id() })?;
+    let entry = entry_of(task_cgroup_id(task))?;
     let stats = stats_of(entry.slot)?;
     add(&mut stats.execve, 1);
     // An exec's first programs wake the reader, which reads their environment (CI step,
@@ -98,9 +97,9 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
 }
 
 #[btf_tracepoint(function = "sched_process_exit")]
-pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
-    // SAFETY: helper without arguments.
-    if let Some(entry) = entry_of(unsafe { bpf_get_current_cgroup_id() }) {
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    if let Some(entry) = entry_of(task_cgroup_id(task)) {
         if let Some(stats) = stats_of(entry.slot) {
             add(&mut stats.task_exits, 1);
             // Until its last context switch, the task's final counters are still to come.
@@ -116,9 +115,7 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
 /// was seen to take more than 2 s.
 #[inline(always)]
 pub(crate) fn task_end(task: *const u8) -> Option<()> {
-    // The dead task is still current.
-    // SAFETY: helper without arguments.
-    let entry = entry_of(unsafe { bpf_get_current_cgroup_id() })?;
+    let entry = entry_of(task_cgroup_id(task))?;
     let rec = SCRATCH.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch, used only within this program run.
     let rec = unsafe { &mut *rec };
