@@ -142,6 +142,9 @@ btf_offsets! {
         /// When the block layer last issued the request, stamped just after block_rq_issue
         /// (0 until its first issue, and without I/O statistics on the queue).
         rq_io_start_time_ns: Quiet "request" "io_start_time_ns" 8,
+        /// Whether the queue stamps issues (QUEUE_FLAG_STATS in its flags).
+        rq_q: Quiet "request" "q" 8,
+        queue_flags: Quiet "request_queue" "queue_flags" 8 after rq_q,
         bio_opf: Optional "bio" "bi_opf" 4,
         bio_blkg: Optional "bio" "bi_blkg" 8,
         blkg_blkcg: Optional "blkcg_gq" "blkcg" 8,

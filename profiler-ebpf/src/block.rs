@@ -269,6 +269,25 @@ pub fn block_getrq(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+/// `Inflight::issue_ns` of a request whose queue stamps its issues itself.
+const STAMPED_BY_QUEUE: u64 = 1;
+
+/// When the request is issued, for its latency: the clock, unless its queue stamps each issue
+/// itself right after this tracepoint (QUEUE_FLAG_STATS, on where writeback throttling or I/O
+/// latency control is), whose stamp the completion takes.
+#[inline(always)]
+fn issue_time(rq: *const u8) -> u64 {
+    let bit = global(&QUEUE_STATS_BIT);
+    if bit < 64 {
+        let flags = ld::<u64>(ld_ptr(rq, off!(rq_q)), off!(queue_flags));
+        if flags & (1u64 << (bit & 63)) != 0 {
+            return STAMPED_BY_QUEUE;
+        }
+    }
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let rq: *const u8 = ctx.arg(0);
@@ -279,8 +298,7 @@ pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     if ld::<u64>(rq, off!(rq_io_start_time_ns)) != 0 {
         return 0;
     }
-    // SAFETY: helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = issue_time(rq);
     let key = address(rq, ADDRESS_ISSUE);
     if let Some(p) = find_request(key) {
         // SAFETY: the slot of this request in flight; only this request's events touch it.
@@ -362,6 +380,10 @@ pub(crate) fn try_rq_complete(rq: *const u8, error: bool, nr_bytes: u32) -> Opti
         0 => inf.issue_ns,
         t => t,
     };
+    if issued == STAMPED_BY_QUEUE {
+        // The queue stopped keeping statistics between the issue and its stamp.
+        return Some(());
+    }
     // SAFETY: helper without arguments.
     let lat = unsafe { bpf_ktime_get_ns() }.saturating_sub(issued);
     let b = lat_bucket(lat);

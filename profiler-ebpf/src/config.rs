@@ -31,6 +31,10 @@ pub(crate) static NET: NetOffsets = NetOffsets::ABSENT;
 #[unsafe(no_mangle)]
 pub(crate) static REQ_PREFLUSH_BIT: u32 = 18;
 
+/// Bit of QUEUE_FLAG_STATS in a request queue's flags (u32::MAX: unknown).
+#[unsafe(no_mangle)]
+pub(crate) static QUEUE_STATS_BIT: u32 = u32::MAX;
+
 /// A field of OFFSETS. Read volatile so the compiler cannot fold the default in; the
 /// verifier knows the loaded value (the global is frozen), so untaken branches cost nothing.
 macro_rules! off {

@@ -28,6 +28,10 @@ pub struct KernelLayout {
     pub memcg_events: Vec<(String, u32)>,
     /// Bit number of REQ_PREFLUSH in request cmd_flags.
     pub req_preflush_bit: u32,
+    /// Bit number of QUEUE_FLAG_STATS in a request queue's flags (u32::MAX where it is not an
+    /// enumerator, as on 6.1, where it is a #define: the programs then read the clock at each
+    /// first issue).
+    pub queue_stats_bit: u32,
     /// For the interface counters of the execs' own network namespaces; None (with the reason)
     /// when this kernel's layout lacks a field they need.
     pub net: Result<NetOffsets, String>,
@@ -188,7 +192,8 @@ impl KernelBtf {
         None
     }
 
-    /// Value of an enumerator, e.g. `__REQ_PREFLUSH` of `enum req_flag_bits`.
+    /// Value of an enumerator, e.g. `__REQ_PREFLUSH` of `enum req_flag_bits` (`""`: of any
+    /// anonymous enum).
     pub fn enum_value(&self, enum_name: &str, member: &str) -> Option<u64> {
         for t in self.btf.resolve_types_by_name(enum_name).ok()? {
             match t {
@@ -259,6 +264,10 @@ impl KernelBtf {
                 missing.push("enum req_flag_bits.__REQ_PREFLUSH".into());
                 u32::MAX
             });
+        // An enumerator of an anonymous enum.
+        let queue_stats_bit = self
+            .enum_value("", "QUEUE_FLAG_STATS")
+            .map_or(u32::MAX, |v| v as u32);
         let (finals, psi_states, memcg_events) = self.final_offsets(&mut missing);
         Ok(KernelLayout {
             offsets: o,
@@ -266,6 +275,7 @@ impl KernelBtf {
             psi_states,
             memcg_events,
             req_preflush_bit,
+            queue_stats_bit,
             net: self.net_offsets(),
             missing,
         })
@@ -493,6 +503,7 @@ mod tests {
         assert_ne!(l.offsets.task_sum_exec_runtime, ABSENT);
         assert_eq!(l.offsets.task_tgid, l.offsets.task_pid + 4);
         assert!(l.req_preflush_bit < 32);
+        assert!(l.queue_stats_bit < 64);
         // kernfs_node.id is a u64 and cgroup ids are inode numbers.
         assert_ne!(l.offsets.kernfs_node_id, ABSENT);
         assert!(btf.has_func("bpf_iter_task"));

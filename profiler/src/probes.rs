@@ -131,6 +131,7 @@ impl Probes {
             .override_global("OFFSETS", &layout.offsets, true)
             .override_global("CONFIG", &config, true)
             .override_global("REQ_PREFLUSH_BIT", &layout.req_preflush_bit, true)
+            .override_global("QUEUE_STATS_BIT", &layout.queue_stats_bit, true)
             .override_global("FINAL", &layout.finals, true)
             .override_global(
                 "NET",
