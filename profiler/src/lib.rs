@@ -20,6 +20,7 @@ pub mod network;
 pub mod probes;
 pub mod record;
 pub mod render;
+pub mod resident;
 pub mod runtime;
 pub mod sources;
 pub mod spawn;

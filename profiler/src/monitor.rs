@@ -363,6 +363,10 @@ impl Monitor {
         self.drain(); // removal records already queued carry the exact time
         let now = monotonic_ns();
         self.sweeps += 1;
+        if self.sweeps == 1 {
+            // The first sweep comes as the main loop starts: start-up is over.
+            crate::resident::drop_startup_code();
+        }
         if self.sweeps.is_multiple_of(12) {
             self.probes.expire_inflight(now, 60_000_000_000);
             // Hand back to the system the heap that ended execs and exports freed (glibc
