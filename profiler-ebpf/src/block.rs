@@ -24,12 +24,12 @@ pub(crate) static REQUESTS: Array<RequestSlot> = Array::with_max_entries(REQUEST
 
 /// Bio pointer -> its origin, from block_getrq to the first issue of its request (kernels
 /// before 6.5, which lack block_io_start).
-/// Scratch words for `address`.
-#[map]
-static ADDRESS: PerCpuArray<u64> = PerCpuArray::with_max_entries(3, 0);
-
 #[map]
 pub(crate) static BIO_ORIGIN: HashMap<u64, Inflight> = HashMap::with_max_entries(16384, 0);
+
+/// Scratch words for `address`, one per program.
+#[map]
+static ADDRESS: PerCpuArray<u64> = PerCpuArray::with_max_entries(3, 0);
 
 // Block IO: one count per request, at its first issue (dispatch to the driver), charged to the
 // exec recorded when the request was created in the submitter's context; latency from the last
@@ -97,10 +97,11 @@ pub(crate) fn request_time(rq: *const u8) -> u64 {
 }
 
 /// A request pointer's address as a number. The verifier forbids arithmetic on a pointer,
-/// but a pointer stored in a map value reads back as a number (root may store pointers). Each
-/// program has its own per-CPU word: a program never runs nested in itself (the kernel skips
-/// such a run), while another may interrupt it between the store and the load. A helper copy
-/// (bpf_probe_read_kernel) did the same for ~20% of each block program's time.
+/// but a pointer stored in a map value reads back as a number (a privileged program may store
+/// pointers there). Each program has its own per-CPU word: a program never runs nested in
+/// itself (the kernel skips such a run), while another may interrupt it between the store and
+/// the load. A helper copy (bpf_probe_read_kernel) did the same for ~20% of each block
+/// program's time.
 #[inline(always)]
 pub(crate) fn address(rq: *const u8, word: u32) -> u64 {
     let Some(w) = ADDRESS.get_ptr_mut(word) else {
