@@ -147,9 +147,14 @@ impl ProcTable {
     }
 
     /// A process with no command line of its own (no execve seen) runs its parent's
-    /// program: it takes the parent's command line when the parent is known.
-    fn inherit_command(&mut self, tgid: u32, parent_tgid: u32) {
-        if parent_tgid == tgid || self.live.get(&tgid).is_some_and(|p| !p.args.is_empty()) {
+    /// program: it takes the parent's command line when the parent is known. Not one that was
+    /// running before the profiler saw it (a partial record), whose execve may have come first.
+    fn inherit_command(&mut self, rec: &TaskRecord) {
+        let (tgid, parent_tgid) = (rec.tgid, rec.parent_tgid);
+        if parent_tgid == tgid
+            || rec.flags & TASK_PARTIAL != 0
+            || self.live.get(&tgid).is_some_and(|p| !p.args.is_empty())
+        {
             return;
         }
         let Some(parent) = self.live.get(&parent_tgid).filter(|p| !p.args.is_empty()) else {
@@ -169,7 +174,7 @@ impl ProcTable {
         if self.done.iter().any(|p| p.tgid == rec.tgid) {
             return;
         }
-        self.inherit_command(rec.tgid, rec.parent_tgid);
+        self.inherit_command(rec);
         let p = self.live_entry(rec.tgid);
         if p.comm.is_empty() {
             p.comm = cstr(&rec.comm);
@@ -202,7 +207,7 @@ impl ProcTable {
             return;
         }
         if rec.flags & TASK_LEADER != 0 {
-            self.inherit_command(rec.tgid, rec.parent_tgid);
+            self.inherit_command(rec);
         }
         let p = self.live_entry(rec.tgid);
         p.counters.add(&rec.counters);
@@ -674,11 +679,16 @@ mod tests {
         // A child that called execve keeps its own.
         t.on_exec(4, "cc1".into(), "cc1 -O2".into());
         t.on_task_end(&task(4, 4, 1, "cc1"));
+        // One running before the profiler saw it may have called execve unseen.
+        let mut partial = task(5, 5, 1, "sh");
+        partial.flags |= TASK_PARTIAL;
+        t.on_task_end(&partial);
         let p = t.processes(&HashMap::new());
         let args = |tgid| p.iter().find(|p| p.tgid == tgid).unwrap().args.clone();
         assert_eq!(args(2), "make -j2");
         assert_eq!(args(3), "make -j2");
         assert_eq!(args(4), "cc1 -O2");
+        assert_eq!(args(5), "");
         assert_eq!(p.iter().find(|p| p.tgid == 2).unwrap().comm, "make");
     }
 
