@@ -395,20 +395,16 @@ fn churn_of_short_execs_loses_nothing() {
     );
 }
 
-/// Test 6: an exec running 50 short commands lists each of them.
+/// Test 6: an exec running 50 short commands lists each of them, and a subshell that calls no
+/// execve under its parent's command line.
 #[test]
 fn per_process_breakdown_lists_short_commands() {
     let cg = TestCgroup::new("procs");
     let p = Attached::start(&cg, &[]);
     let e = cg.child("job");
-    run_in(
-        &e,
-        &[
-            "sh",
-            "-c",
-            "for i in $(seq 1 50); do /bin/echo cmd-$i >/dev/null; done",
-        ],
-    );
+    let script = "for i in $(seq 1 50); do /bin/echo cmd-$i >/dev/null; done; \
+                  (x=0; while [ $x -lt 2000 ]; do x=$((x+1)); done); true";
+    run_in(&e, &["sh", "-c", script]);
     let id = cgroup_id(&e);
     rmdir(&e);
     let rec = p.wait_ended(id, secs(30));
@@ -418,6 +414,17 @@ fn per_process_breakdown_lists_short_commands() {
         let n = procs.iter().filter(|p| p["args"] == want.as_str()).count();
         assert_eq!(n, 1, "process `{want}` listed once: {procs:?}");
     }
+    // The shell and its subshell (a fork without execve) share the shell's command line.
+    let shell: Vec<_> = procs
+        .iter()
+        .filter(|p| {
+            p["args"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("sh -c for i"))
+        })
+        .collect();
+    assert_eq!(shell.len(), 2, "the shell and its subshell: {procs:?}");
+    assert_ne!(shell[0]["pid"], shell[1]["pid"]);
     assert!(u(&rec["tasks"]["execve"]) >= 51);
     assert!(u(&rec["tasks"]["processes_started"]) >= 51);
     assert!(
