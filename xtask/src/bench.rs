@@ -11,6 +11,11 @@
 //!    and OTLP export to a local rotel collector; over M execs created and ended (RSS after a
 //!    tenth of them, the warm-up, and at the end).
 //!
+//!
+//! With `--against OTHER`, only a comparison of two builds' kernel programs in the same runs
+//! (see `compare`): run-to-run spread on this machine kind is up to a third, the difference
+//! between two builds in one run far less.
+//!
 //! Run it alone on the machine: other programs' BPF and CPU use end up in the figures.
 
 use std::{
@@ -34,6 +39,7 @@ pub struct Options {
     pub live: u32,
     pub churn: u32,
     pub profiler: Option<PathBuf>,
+    pub against: Option<PathBuf>,
 }
 
 pub fn bench(o: Options) -> Result<()> {
@@ -58,6 +64,14 @@ pub fn bench(o: Options) -> Result<()> {
     let out = root().join("target/bench");
     let _ = fs::remove_dir_all(&out);
     fs::create_dir_all(&out)?;
+    if let Some(other) = o.against {
+        let other = fs::canonicalize(&other)
+            .with_context(|| format!("no profiler at {}", other.display()))?;
+        let report = compare(&bin, &other, o.seconds)?;
+        println!("\n{report}");
+        fs::write(out.join("compare.txt"), &report)?;
+        return Ok(());
+    }
 
     let sbs = out.join("sbs");
     run(Command::new("bash")
@@ -91,6 +105,114 @@ pub fn bench(o: Options) -> Result<()> {
     fs::write(out.join("report.txt"), format!("{report}{mem}"))?;
     eprintln!("xtask: figures in {}", out.display());
     Ok(())
+}
+
+/// Run count and run time (ns) of each loaded BPF program, by id, from bpftool.
+fn bpf_programs() -> Result<BTreeMap<u64, (String, u64, u64)>> {
+    let text = crate::output(Command::new("bpftool").args(["prog", "show", "--json"]))?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    Ok(v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| {
+                    Some((
+                        p["id"].as_u64()?,
+                        (
+                            p["name"].as_str().unwrap_or("?").to_owned(),
+                            p["run_cnt"].as_u64().unwrap_or(0),
+                            p["run_time_ns"].as_u64().unwrap_or(0),
+                        ),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// ns per run of each program of `first` and `second`, both attached to `base` (first, then
+/// second) during `seconds` of the standard workload in a child cgroup of `base`.
+fn same_run(
+    first: &Path,
+    second: &Path,
+    base: &Path,
+    seconds: u32,
+) -> Result<[BTreeMap<String, f64>; 2]> {
+    let before = bpf_programs()?;
+    let a = attach(first, base, &[])?;
+    thread::sleep(Duration::from_secs(2));
+    let after_a = bpf_programs()?;
+    let b = attach(second, base, &[])?;
+    thread::sleep(Duration::from_secs(3));
+    let start = bpf_programs()?;
+    let name = format!("{}/wl", base.file_name().unwrap().to_string_lossy());
+    let wl = run(Command::new("bash")
+        .arg(root().join("xtask/bench/workload.sh"))
+        .args(["-d", &seconds.to_string(), "-N", "-q", "-n", &name])
+        .stdout(Stdio::null()));
+    let end = bpf_programs();
+    stop(a)?;
+    stop(b)?;
+    wl?;
+    let end = end?;
+    let mut out = [BTreeMap::new(), BTreeMap::new()];
+    for (id, (prog, runs, ns)) in &end {
+        let Some((_, runs0, ns0)) = start.get(id) else {
+            continue;
+        };
+        let which = if !after_a.contains_key(id) {
+            1
+        } else if !before.contains_key(id) {
+            0
+        } else {
+            continue;
+        };
+        let n = runs - runs0;
+        if n > 0 {
+            out[which].insert(prog.clone(), (ns - ns0) as f64 / n as f64);
+        }
+    }
+    Ok(out)
+}
+
+/// Same-run comparison of two builds' kernel programs, once in each order.
+fn compare(this: &Path, other: &Path, seconds: u32) -> Result<String> {
+    // Run counts and times are kept only while the kernel's BPF statistics are on.
+    let stats = Path::new("/proc/sys/kernel/bpf_stats_enabled");
+    let was = fs::read_to_string(stats).unwrap_or_default();
+    fs::write(stats, "1").context("cannot turn the kernel's BPF statistics on")?;
+    let base = v2_mount()?.join(format!("profiler-compare-{}", std::process::id()));
+    fs::create_dir_all(&base)?;
+    let runs = (|| -> Result<_> {
+        let [this_first, other_second] = same_run(this, other, &base, seconds)?;
+        let [other_first, this_second] = same_run(other, this, &base, seconds)?;
+        Ok((this_first, other_second, other_first, this_second))
+    })();
+    remove_tree(&base);
+    let _ = fs::write(stats, was.trim());
+    let (this_first, other_second, other_first, this_second) = runs?;
+    let mut s = format!(
+        "ns per run; THIS = {}, OTHER = {}
+  {:<20} {:>11} {:>12} {:>11} {:>12} {:>7}
+",
+        this.display(),
+        other.display(),
+        "program",
+        "THIS first",
+        "OTHER second",
+        "OTHER first",
+        "THIS second",
+        "ratio"
+    );
+    for (prog, t1) in &this_first {
+        let get = |m: &BTreeMap<String, f64>| m.get(prog).copied().unwrap_or(f64::NAN);
+        let (o2, o1, t2) = (get(&other_second), get(&other_first), get(&this_second));
+        // THIS / OTHER at the same position, geometric mean of the two orders.
+        let ratio = ((t1 / o1) * (t2 / o2)).sqrt();
+        s.push_str(&format!(
+            "  {prog:<20} {t1:>11.0} {o2:>12.0} {o1:>11.0} {t2:>12.0} {ratio:>7.2}\n"
+        ));
+    }
+    Ok(s)
 }
 
 /// key=value lines of measure.sh's usage.txt.

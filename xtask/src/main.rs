@@ -66,6 +66,12 @@ enum Task {
         /// build, for a before/after table).
         #[arg(long, value_name = "PATH")]
         profiler: Option<PathBuf>,
+        /// Instead, compare the kernel programs of two builds in the same runs: both attached
+        /// to one cgroup during the standard workload, once in each order (the one attached
+        /// second finds caches warmed by the first). Per program: ns per run of each build in
+        /// each order. `--profiler` is the first build (default: this release build).
+        #[arg(long, value_name = "PATH")]
+        against: Option<PathBuf>,
     },
 }
 
@@ -96,6 +102,7 @@ fn main() -> Result<()> {
             live,
             churn,
             profiler,
+            against,
         } => {
             setup()?;
             bench::bench(bench::Options {
@@ -103,6 +110,7 @@ fn main() -> Result<()> {
                 live,
                 churn,
                 profiler,
+                against,
             })
         }
     }
