@@ -763,3 +763,23 @@ pub fn pinned_hogs(cg: &TestCgroup, n: usize, for_: Duration) -> Vec<(u64, u64)>
     }
     out
 }
+
+/// The kernel's current clocksource, and whether the scheduler's clock (on-CPU times) runs on
+/// it: it does on the TSC and kvm-clock; when the kernel finds the TSC unstable it falls back
+/// to HPET or the ACPI PM timer, and the scheduler's clock then steps by ticks.
+pub struct ClockSource {
+    pub name: String,
+    pub trusted: bool,
+}
+
+pub fn sched_clock_source() -> ClockSource {
+    let name =
+        fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|e| format!("unknown clocksource: {e}"));
+    let trusted = matches!(name.as_str(), "tsc" | "kvm-clock");
+    if !trusted {
+        eprintln!("MEASURED clocksource {name}: on-CPU times are compared with wall time only");
+    }
+    ClockSource { name, trusted }
+}
