@@ -41,9 +41,15 @@ fn direct_io_bytes_match_the_sizes_written_and_read() {
         u(&rec["disk"]["write_latency"]["sum_ns"]) > 0,
         "write latency histogram is empty"
     );
-    // The kernel's count of dd's voluntary switches, from wait4's rusage, is the exec's.
+    // The kernel's count of dd's voluntary switches, from wait4's rusage, is the exec's. The
+    // profiler reads it at the dead task's last switch, which counts as voluntary; the parent
+    // can reap the zombie just before that switch (exit_notify wakes it first), and rusage then
+    // lacks that one switch: seen in CI, 61 vs 60.
     let voluntary = u(&rec["cpu"]["voluntary_switches"]);
-    assert_eq!(voluntary, dd_switches, "voluntary switches vs rusage");
+    assert!(
+        voluntary == dd_switches || voluntary == dd_switches + 1,
+        "voluntary switches: profiler {voluntary}, rusage {dd_switches} (+1 for the last switch)"
+    );
     // Each IO wait is a voluntary switch, and lies within the time the exec was off its CPU.
     let iowait = u(&rec["cpu"]["iowait_ns"]);
     let waits = u(&rec["cpu"]["iowait_waits"]);
