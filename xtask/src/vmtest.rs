@@ -431,24 +431,39 @@ fn run_kernel(
         serial.display()
     );
     let mut qemu = Command::new("qemu-system-x86_64");
-    qemu.args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "2048"])
-        .args(["-display", "none", "-no-reboot", "-nodefaults"])
-        .arg("-serial")
-        .arg(format!("file:{}", serial.display()))
-        .arg("-kernel")
-        .arg(&k.vmlinuz)
-        .arg("-initrd")
-        .arg(&initrd)
-        .args(["-append", "console=ttyS0 panic=-1 loglevel=4 rdinit=/init"])
-        .arg("-drive")
-        .arg(format!("file={},if=virtio,format=raw", disk.display()))
-        .arg("-virtfs")
-        .arg(format!(
-            "local,path={},mount_tag=share,security_model=none,id=share",
-            work.display()
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
+    // One TCG thread runs both vCPUs in turn. With a thread per vCPU (qemu 7.2's default),
+    // a vCPU could run a stale translation of code that the other had just patched: the
+    // kernel then died on an int3 of its own text patching (tracepoint and static-key
+    // switches, which every attach and detach makes) in about one kernel run in three.
+    qemu.args([
+        "-accel",
+        "tcg,thread=single",
+        "-cpu",
+        "max",
+        "-smp",
+        "2",
+        "-m",
+        "2048",
+    ])
+    .args(["-display", "none", "-no-reboot", "-nodefaults"])
+    .arg("-serial")
+    .arg(format!("file:{}", serial.display()))
+    .arg("-kernel")
+    .arg(&k.vmlinuz)
+    .arg("-initrd")
+    .arg(&initrd)
+    // loglevel 5: the registers and stack under a soft-lockup or stall report are printed
+    // at the default level (4), which loglevel 4 hides.
+    .args(["-append", "console=ttyS0 panic=-1 loglevel=5 rdinit=/init"])
+    .arg("-drive")
+    .arg(format!("file={},if=virtio,format=raw", disk.display()))
+    .arg("-virtfs")
+    .arg(format!(
+        "local,path={},mount_tag=share,security_model=none,id=share",
+        work.display()
+    ))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
     let mut child = qemu.spawn().context("cannot start qemu-system-x86_64")?;
     let deadline = Instant::now() + KERNEL_TIMEOUT;
     let status = loop {
@@ -481,15 +496,35 @@ fn run_kernel(
         text.push_str(&out);
     }
     let serial_text = fs::read_to_string(&serial).unwrap_or_default();
-    let first_error = text
-        .lines()
-        .chain(serial_text.lines())
-        .find(|l| {
-            l.contains("profiler: error:")
-                || l.contains("panicked at")
-                || l.contains("init: FAILED")
+    let trouble = kernel_trouble(&serial_text);
+    // A test that started and never ended: the guest died or hung under it.
+    let unfinished = tests
+        .iter()
+        .find(|(_, r)| r.is_empty())
+        .map(|(n, _)| n.clone());
+    let first_error = trouble
+        .as_ref()
+        .and_then(|t| t.lines().next())
+        .map(str::to_owned)
+        .or_else(|| {
+            text.lines().chain(serial_text.lines()).find_map(|l| {
+                (l.contains("profiler: error:")
+                    || l.contains("panicked at")
+                    || l.contains("init: FAILED"))
+                .then(|| l.trim().chars().take(240).collect())
+            })
         })
-        .map(|l| l.trim().chars().take(240).collect());
+        .or_else(|| match status {
+            None => Some(format!("timed out after {KERNEL_TIMEOUT:?}")),
+            Some(_) if !serial_text.contains("init: done") => {
+                Some("the guest stopped before its init script ended".to_owned())
+            }
+            Some(_) => None,
+        })
+        .map(|e| match &unfinished {
+            Some(t) => format!("{e} (during {t})"),
+            None => e,
+        });
     let mut outcome = Outcome {
         release: k.release.clone(),
         tests,
@@ -497,10 +532,11 @@ fn run_kernel(
         logs: dir.clone(),
         first_error,
     };
+    // CI keeps only what is printed: show the kernel's own account of what went wrong.
+    if let Some(t) = trouble.as_ref().filter(|_| !outcome.passed()) {
+        eprintln!("vmtest: {name}: the guest kernel reported:\n{t}");
+    }
     if status.is_none() {
-        outcome
-            .first_error
-            .get_or_insert_with(|| format!("timed out after {KERNEL_TIMEOUT:?}"));
         outcome.codes.push(-1);
     }
     // Keep the logs of failed runs; drop the rest (the disk image is large).
@@ -509,6 +545,30 @@ fn run_kernel(
         let _ = fs::remove_dir_all(dir.join("initramfs"));
     }
     Ok(outcome)
+}
+
+/// Kernel messages that mean the guest itself went wrong (not a test), as they appear on the
+/// serial console.
+const KERNEL_TROUBLE: &[&str] = &[
+    "Kernel panic",
+    "BUG:",
+    "Oops",
+    "general protection fault",
+    "watchdog:",
+    "rcu: INFO:",
+    "self-detected stall",
+    "WARNING:",
+];
+
+/// The first kernel report of trouble on the serial console and the lines after it (its
+/// registers and stack), at most 60 lines.
+fn kernel_trouble(serial: &str) -> Option<String> {
+    let lines: Vec<&str> = serial.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| KERNEL_TROUBLE.iter().any(|p| l.contains(p)))?;
+    let end = (first + 60).min(lines.len());
+    Some(lines[first..end].join("\n"))
 }
 
 /// Copy a host program into the guest's root at the same path, with the shared libraries
@@ -612,7 +672,7 @@ fn build_initramfs(
     out: &Path,
 ) -> Result<()> {
     let _ = fs::remove_dir_all(stage);
-    for d in ["bin", "proc", "sys", "dev", "tmp", "modules"] {
+    for d in ["bin", "proc", "sys", "dev", "tmp", "run", "modules"] {
         fs::create_dir_all(stage.join(d))?;
     }
     fs::copy("/bin/busybox", stage.join("bin/busybox"))
