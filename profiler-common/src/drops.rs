@@ -15,8 +15,9 @@ pub enum DropReason {
     /// Not a lost record: a block request whose completion the kernel never delivered to the
     /// profiler (its bytes are counted; its latency is not).
     CompletionUnseen,
-    /// Likewise: a wake-up from an IO wait that the kernel never delivered (that wait is lost).
-    WakeupUnseen,
+    /// An IO wait whose end (the task's next switch-in) the profiler never saw: the task
+    /// blocked again with the wait still open (that wait is lost).
+    IowaitEndUnseen,
 }
 
 impl DropReason {
@@ -31,7 +32,7 @@ impl DropReason {
         Self::IowaitFull,
         Self::NetFull,
         Self::CompletionUnseen,
-        Self::WakeupUnseen,
+        Self::IowaitEndUnseen,
     ];
 
     /// What the user is told when its counter goes up.
@@ -49,8 +50,8 @@ impl DropReason {
                 "block completions the kernel did not deliver to BPF: bytes counted, those \
                  requests' latency missing"
             }
-            Self::WakeupUnseen => {
-                "IO-wait wake-ups the kernel did not deliver to BPF: those waits not counted"
+            Self::IowaitEndUnseen => {
+                "IO waits whose end the profiler did not see: those waits not counted"
             }
         }
     }

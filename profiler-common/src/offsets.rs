@@ -124,6 +124,12 @@ btf_offsets! {
         delays_swapin_delay: Optional "task_delay_info" "swapin_delay" 8 after task_delays,
         delays_freepages_delay: Optional "task_delay_info" "freepages_delay" 8 after task_delays,
         delays_thrashing_delay: Optional "task_delay_info" "thrashing_delay" 8 after task_delays,
+        /// IO wait in the scheduler's clock: a task's runqueue (through its fair-class entity,
+        /// which every task has), that runqueue's clock, and when the task was last queued.
+        task_cfs_rq: Optional "task_struct" "se.cfs_rq" 8 in iowait,
+        cfs_rq_rq: Optional "cfs_rq" "rq" 8 in iowait,
+        rq_clock: Optional "rq" "clock" 8 in iowait,
+        task_last_queued: Optional "task_struct" "sched_info.last_queued" 8 in iowait,
         mm_arg_start: Optional "mm_struct" "arg_start" 8,
         mm_arg_end: Optional "mm_struct" "arg_end" 8,
         css_set_dfl_cgrp: Required "css_set" "dfl_cgrp" 8,

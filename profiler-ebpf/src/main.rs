@@ -4,7 +4,7 @@
 //! (exec id -> totals) in step with the watched subtree. CPU, run-queue, memory-stall, syscall
 //! IO and context-switch figures are the kernel's own per-task counters, collected once per
 //! task at its last context switch (when it dies): exact. IO-wait is timed from switch-out to
-//! wake-up. Block requests are counted once each, at their first issue, and charged to the exec
+//! the wake-up's enqueue. Block requests are counted once each, at their first issue, and charged to the exec
 //! that caused them. Lifecycle records go to a ring buffer without wake-ups; userspace drains it
 //! on a timer.
 #![no_std]

@@ -1,18 +1,22 @@
-//! IO wait, timed by the profiler from a task's switch-out with `in_iowait` to its wake-up;
-//! the last switch of a dead task.
+//! IO wait, timed by the profiler in the scheduler's clock from a task's switch-out with
+//! `in_iowait` to the moment it was queued again; the last switch of a dead task.
 
 use core::ptr::read_volatile;
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::btf_tracepoint, programs::BtfTracePointContext};
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use profiler_common::*;
 
 use crate::{config::*, maps::*, read::*, task::*};
 
-// IO wait: time a task of the subtree is blocked with in_iowait set (in io_schedule()), from
-// its switch-out to its wake-up. The kernel's own figure (delay accounting's blkio_delay)
-// stamps the start of such a wait on the wrong task when the scheduler delays a dequeue
-// (Linux 6.12 and later), so it is measured here. The common path of both programs is one
-// read of the task's in_iowait bit.
+// IO wait: time a task of the subtree is blocked with in_iowait set (in io_schedule()). The
+// kernel's own figure (delay accounting's blkio_delay) stamps the start of such a wait on the
+// wrong task when the scheduler delays a dequeue (Linux 6.12 and later), so it is measured
+// here, by sched_switch alone: the switch-out stamps the runqueue's clock, and the switch-in
+// (in_iowait stays set until the task runs again) ends the wait at sched_info.last_queued,
+// when the wake-up queued it, in the same clock. The run-queue delay that follows starts
+// there, so the two tile without overlap, and no program runs on wake-ups (a completion's
+// wake-up from interrupt context could also be skipped by BPF's recursion guard; a switch
+// cannot). The common path is one read of each task's in_iowait bit.
 
 /// The task's in_iowait bit. `task` must be a tracepoint argument (a pointer the verifier
 /// trusts): the byte is loaded directly, without a helper call, as this runs on every
@@ -33,6 +37,7 @@ pub(crate) fn in_iowait(task: *const u8) -> bool {
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let preempt: u8 = ctx.arg(0);
     let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
     let prev_state: u32 = ctx.arg(3);
     if prev_state & TASK_DEAD != 0 {
         let _ = task_end(prev);
@@ -40,7 +45,20 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     } else if preempt == 0 && prev_state != 0 && in_iowait(prev) {
         let _ = iowait_block(prev);
     }
+    if in_iowait(next) {
+        iowait_end(next);
+    }
     0
+}
+
+/// The scheduler's clock (rq->clock, updated by __schedule just before the tracepoint) of the
+/// runqueue a task is on: the clock of sched_info.last_queued.
+#[inline(always)]
+fn rq_clock(task: *const u8) -> u64 {
+    ld::<u64>(
+        ld_ptr(ld_ptr(task, off!(task_cfs_rq)), off!(cfs_rq_rq)),
+        off!(rq_clock),
+    )
 }
 
 /// `TASK_DEAD` in task_struct.__state (include/linux/sched.h, unchanged since 4.14).
@@ -51,15 +69,14 @@ pub(crate) fn iowait_block(task: *const u8) -> Option<()> {
     entry_of(task_cgroup_id(task))?;
     let tid = ld::<u32>(task, off!(task_pid));
     let start = ld::<u64>(task, off!(task_start_time));
-    // SAFETY: helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = rq_clock(task);
     if let Some(w) = IOWAITS.get_ptr_mut(&tid) {
         // SAFETY: the entry of a blocking task; only its own events touch it.
         let w = unsafe { &mut *w };
         if w.start_time_ns == start {
-            // Still blocked from the last wait: its wake-up never reached the profiler.
+            // Still blocked from the last wait: its end never reached the profiler.
             if w.blocked_ns != 0 {
-                drop_count(DropReason::WakeupUnseen);
+                drop_count(DropReason::IowaitEndUnseen);
             }
             w.blocked_ns = now;
             return Some(());
@@ -77,22 +94,20 @@ pub(crate) fn iowait_block(task: *const u8) -> Option<()> {
     Some(())
 }
 
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
-    let task: *const u8 = ctx.arg(0);
-    // in_iowait is still set when the task is woken from io_schedule().
-    if in_iowait(task) {
-        let tid = ld::<u32>(task, off!(task_pid));
-        if let Some(w) = IOWAITS.get_ptr_mut(&tid) {
-            // SAFETY: the entry of the task being woken; only its own events touch it.
-            let w = unsafe { &mut *w };
-            if w.blocked_ns != 0 {
-                // SAFETY: helper without arguments.
-                w.total_ns += unsafe { bpf_ktime_get_ns() }.saturating_sub(w.blocked_ns);
-                w.count += 1;
-                w.blocked_ns = 0;
-            }
+/// A task switched in with in_iowait: its wait, if the profiler saw it begin, ended when the
+/// wake-up queued it.
+#[inline(always)]
+fn iowait_end(task: *const u8) {
+    let tid = ld::<u32>(task, off!(task_pid));
+    if let Some(w) = IOWAITS.get_ptr_mut(&tid) {
+        // SAFETY: the entry of the task being switched in; only its own events touch it.
+        let w = unsafe { &mut *w };
+        // A task preempted in io_schedule() before it blocked has no wait open.
+        if w.blocked_ns != 0 {
+            let queued = ld::<u64>(task, off!(task_last_queued));
+            w.total_ns += queued.saturating_sub(w.blocked_ns);
+            w.count += 1;
+            w.blocked_ns = 0;
         }
     }
-    0
 }

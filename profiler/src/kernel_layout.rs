@@ -250,11 +250,14 @@ impl KernelBtf {
                 (Err(_), Need::Quiet) => {}
             }
         }
+        // IO wait is timed only with all it needs (the bit, and the clocks of its two ends).
+        let iowait_clocks = [o.task_cfs_rq, o.cfs_rq_rq, o.rq_clock, o.task_last_queued];
         match self.flag_bit("task_struct", "in_iowait") {
-            Some((byte, mask)) => {
+            Some((byte, mask)) if !iowait_clocks.contains(&ABSENT) => {
                 o.task_in_iowait_byte = byte;
                 o.task_in_iowait_mask = mask;
             }
+            Some(_) => {}
             None => missing.push("task_struct.in_iowait".into()),
         }
         let req_preflush_bit = self
@@ -514,6 +517,9 @@ mod tests {
         assert_ne!(l.finals.cgroup_rstat_cpu, ABSENT);
         assert!(l.psi_states.iter().any(|(n, _)| n == "PSI_IO_SOME"));
         assert_ne!(l.offsets.task_in_iowait_byte, ABSENT);
+        assert_ne!(l.offsets.rq_clock, ABSENT);
+        assert_ne!(l.offsets.task_last_queued, ABSENT);
+        assert_eq!(l.offsets.cfs_rq_rq, l.finals.cfs_rq_rq);
         assert_eq!(l.offsets.task_in_iowait_mask.count_ones(), 1);
     }
 

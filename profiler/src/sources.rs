@@ -41,7 +41,6 @@ pub const PROGRAMS: &[Program] = &[
     p("block_rq_complete", "2.6.32", Stage::Task),
     // the scheduler: IO waits, tasks' last switch (sched.rs); prev_state came in 5.18
     p("sched_switch", "5.18", Stage::Task),
-    p("sched_wakeup", "2.6.32", Stage::Task),
     // interfaces of the execs' own namespaces (net.rs)
     p("net_dev_xmit", "2.6.32", Stage::Interfaces),
     p("netif_receive_skb", "2.6.32", Stage::Interfaces),

@@ -209,8 +209,8 @@ fn report_of_a_recorded_run_in_chromium() {
             .any(|r| r["cgroup_id"].as_u64() == Some(running_id) && r["state"] == "running")
     );
 
-    // On-CPU, run-queue and IO-wait can exceed task time only by what the wake-ups count
-    // twice (README, "A picture of a build").
+    // On-CPU, run-queue and IO-wait can exceed task time only by what the clocks of two CPUs
+    // disagree (README, "A picture of a build").
     for r in &records {
         let c = &r["cpu"];
         let parts = u(&c["on_cpu_ns"]) + u(&c["runq_delay_ns"]) + u(&c["iowait_ns"]);

@@ -236,10 +236,10 @@ fn total_section(s: &mut String, t: &Breakdown) {
     s.push_str("</table>\n");
     if t.overlap_ns > 0 {
         s.push_str(
-            "<p class=\"note\">Counted twice: the end of an IO wait is taken at the wake-up \
-             tracepoint, which the kernel runs after it has queued the task, when its run-queue \
-             wait has begun: a few microseconds per IO wait are in both. Where that makes the \
-             parts exceed an exec's task time, its other is 0.</p>\n",
+            "<p class=\"note\">Counted twice: an IO wait ends where the run-queue wait begins, \
+             but its two ends may be stamped by the clocks of two CPUs, which can disagree by \
+             a little. Where that makes the parts exceed an exec's task time, its other is \
+             0.</p>\n",
         );
     }
     s.push_str(

@@ -281,10 +281,9 @@ impl Record {
 /// life (sleeping, or blocked on anything but IO). Memory stalls are no part of it: delay
 /// accounting times them across the IO waits and CPU time they contain. `overlap` is how far
 /// the three measured parts exceed the whole where they do (never hidden in a negative
-/// `other`): the profiler times an IO wait up to the wake-up tracepoint, which the kernel
-/// runs after it has queued the task and its run-queue wait has begun, so an exec that
-/// barely sleeps otherwise shows a few microseconds per IO wait counted twice (3.4 us per
-/// wait for a direct-IO dd on the 6.18 host).
+/// `other`): an IO wait ends where the run-queue wait begins (when the wake-up queued the
+/// task), but the two ends of a wait may be stamped by the clocks of two CPUs, which can
+/// disagree by a little.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Breakdown {
     pub task_ns: u64,
@@ -716,7 +715,7 @@ pub(crate) mod tests {
         assert_eq!(b.overlap_ns, 0);
         let sum: u64 = b.parts().iter().map(|p| p.2).sum();
         assert_eq!(sum, b.task_ns);
-        // Parts beyond the whole (counted twice at wake-ups): no negative "other", the
+        // Parts beyond the whole (clocks of two CPUs): no negative "other", the
         // overlap is kept.
         let b = Breakdown::of(&Cpu {
             on_cpu_ns: 100,
