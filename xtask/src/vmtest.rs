@@ -94,8 +94,9 @@ pub fn vmtest(opts: Options) -> Result<()> {
             let o = run_kernel(name, &kernel, &bins, &work, opts.filter.as_deref())?;
             // A trap on an int3 that the kernel itself left while patching its text (as it
             // does when a tracepoint is switched on) is the emulator running stale translated
-            // code on one vCPU while another patched it: seen once under multi-threaded TCG.
-            // Not the profiler's doing (BPF programs cannot plant int3): boot once more.
+            // code on one vCPU while another patched it: seen under multi-threaded TCG (no
+            // longer used, see run_kernel). Not the profiler's doing (BPF programs cannot plant
+            // int3): boot once more.
             let serial = work.join("runs").join(name).join("serial.log");
             let log = fs::read_to_string(&serial).unwrap_or_default();
             if !o.passed() && log.contains("Oops: int3") {
@@ -858,5 +859,23 @@ fn print_table(table: &[(String, String, Result<Outcome>)], took: Duration) {
             ),
             Err(e) => println!("vmtest: {n}: could not run: {e:#}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_trouble_is_found_with_its_stack() {
+        let serial = "init: kernel 6.12.95+deb12-amd64\n\
+            [    5.448829] amd_pstate: the _CPC object is not present in SBIOS or ACPI disabled\n\
+            [   38.809909] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n\
+            [   38.810721] RIP: 0010:ttwu_do_activate+0x8d/0x220\n\
+            [   38.813207] Call Trace:\n";
+        let t = kernel_trouble(serial).unwrap();
+        assert!(t.starts_with("[   38.809909] Oops: int3"), "{t}");
+        assert!(t.ends_with("Call Trace:"), "{t}");
+        assert_eq!(kernel_trouble("init: kernel 6.1\ninit: done\n"), None);
     }
 }
