@@ -23,12 +23,16 @@ fn container<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
 /// its parent's whole usage when it ran there alone. At most 2% and 2 ms less: the runtime's
 /// init process joins the cgroup already running and is counted from the move, while the
 /// cgroup may be charged the slice it ran just before (README, "Which exec is charged").
+/// Under emulation that slice is longer in the guest's clock (a vCPU waits its turn while its
+/// task's runtime accrues): the 2 ms stretch with the tests' time scale (in the 6.1 guest,
+/// 26 ms once).
 fn check_cpu(what: &str, rec: &Value, truth_ns: u64) {
     let oncpu = u(&rec["cpu"]["on_cpu_ns"]) as f64;
     let truth = truth_ns as f64;
     report(&format!("{what} on-CPU vs its cgroup"), oncpu, truth);
+    let slice = 2e6 * secs(1).as_secs_f64(); // 2 ms times the time scale
     assert!(
-        oncpu >= truth * 0.98 - 2e6 && oncpu <= truth * 1.02 + 5e6,
+        oncpu >= truth * 0.98 - slice && oncpu <= truth * 1.02 + 5e6,
         "{what}: on-CPU {oncpu} ns vs its cgroup's {truth_ns} ns: {rec}"
     );
 }
