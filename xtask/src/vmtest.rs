@@ -435,7 +435,7 @@ fn run_kernel(
     // One TCG thread runs both vCPUs in turn. With a thread per vCPU (qemu 7.2's default),
     // a vCPU could run a stale translation of code that the other had just patched: the
     // kernel then died on an int3 of its own text patching (tracepoint and static-key
-    // switches, which every attach and detach makes) in about one kernel run in three.
+    // switches, which every attach and detach makes): both boots of a 6.12 run, twice.
     qemu.args([
         "-accel",
         "tcg,thread=single",
