@@ -35,8 +35,9 @@ pub(crate) fn rd_ptr(base: *const u8, off: u32) -> *const u8 {
 /// field loaded from one with `ld_ptr`); zero when the field is absent. A plain load, which the
 /// verifier checks against the kernel's BTF and makes fault-safe (a NULL or bad pointer reads
 /// 0): a few instructions instead of a bpf_probe_read_kernel call, which costs tens of ns on
-/// the hot paths. The offset must be a load-time constant (OFFSETS is frozen). Fields whose
-/// BTF type differs from what is read (arrays, type-punned structs) go through `rd`.
+/// the hot paths. The offset must be a load-time constant (OFFSETS is frozen). A load must
+/// lie within one field (a scalar array may be read in parts, see `comm_of`); fields read as
+/// another type than BTF gives them (type-punned structs) go through `rd`.
 #[inline(always)]
 pub(crate) fn ld<T: Copy + Default>(base: *const u8, off: u32) -> T {
     if off == ABSENT {
@@ -54,6 +55,22 @@ pub(crate) fn ld_ptr(base: *const u8, off: u32) -> *const u8 {
     }
     // SAFETY: as for `ld`.
     unsafe { read_volatile(base.wrapping_add(off as usize) as *const *const u8) }
+}
+
+/// The task's name (`task` BTF-typed): two 8-byte loads, which the verifier allows within the
+/// char array, instead of a helper call (bpf_get_current_comm or a probe read).
+#[inline(always)]
+pub(crate) fn comm_of(task: *const u8) -> [u8; COMM_LEN] {
+    let off = off!(task_comm);
+    if off == ABSENT {
+        return [0; COMM_LEN];
+    }
+    let lo = ld::<u64>(task, off);
+    let hi = ld::<u64>(task, off.wrapping_add(8));
+    let mut comm = [0u8; COMM_LEN];
+    comm[..8].copy_from_slice(&lo.to_ne_bytes());
+    comm[8..].copy_from_slice(&hi.to_ne_bytes());
+    comm
 }
 
 /// The cgroup's id (0 when unreadable: no cgroup has id 0). `cgrp` is BTF-typed.
@@ -175,7 +192,7 @@ pub(crate) fn fill_record(
     rec.start_time_ns = ld(task, off!(task_start_time));
     rec.parent_tgid = ld::<u32>(ld_ptr(task, off!(task_real_parent)), off!(task_tgid));
     rec._pad = 0;
-    rec.comm = rd(task, off!(task_comm));
+    rec.comm = comm_of(task);
     rec.flags = if rec.pid == rec.tgid { TASK_LEADER } else { 0 };
     let (iowait, had_iowait) = iowait_of(task, rec.pid);
     let delays_ok = read_counters(task, &mut rec.counters, iowait);

@@ -68,8 +68,8 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
         (*ev).tgid = ld::<u32>(task, off!(task_tgid));
         (*ev)._pad = 0;
         (*ev).exec_id = entry.exec_id;
-        // Straight into the record (the helper zero-fills on failure).
-        helper::bpf_get_current_comm((*ev).comm.as_mut_ptr() as *mut c_void, COMM_LEN as u32);
+        // Already the new program's name (set before this tracepoint fires).
+        (*ev).comm = comm_of(task);
         (*ev).args_len = 0;
         // The new program's argv, from its stack (set up before this tracepoint fires).
         let mm = ld_ptr(task, off!(task_mm));
