@@ -83,8 +83,9 @@ impl Default for DiskStats {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Inflight {
     pub exec_id: u64,
-    /// When the request was made: userspace frees the slots of requests that never completed
-    /// in view (merged into another request) after a minute.
+    /// When block_getrq saw the bio (BIO_ORIGIN, before 6.5): userspace removes the entries of
+    /// bios whose request was never seen issued after a while. Not kept in REQUESTS slots,
+    /// which stay with their request until its next use.
     pub start_ns: u64,
     pub issue_ns: u64,
     pub op: u32,

@@ -142,9 +142,6 @@ btf_offsets! {
         rq_cmd_flags: Required "request" "cmd_flags" 4,
         rq_data_len: Required "request" "__data_len" 4,
         rq_bio: Optional "request" "bio" 8,
-        /// When the block layer made the request (0 without I/O stats); without it the programs
-        /// read the clock.
-        rq_start_time_ns: Quiet "request" "start_time_ns" 8,
         /// When the block layer last issued the request, stamped just after block_rq_issue
         /// (0 until its first issue, and without I/O statistics on the queue).
         rq_io_start_time_ns: Quiet "request" "io_start_time_ns" 8,

@@ -84,18 +84,6 @@ pub(crate) fn bio_origin(bio: *const u8, opf: u32, by_task: bool) -> Option<Infl
     })
 }
 
-/// When the request was made, for the expiry of entries whose completion never comes: the
-/// block layer's own stamp when it keeps one (I/O statistics on), else the clock.
-#[inline(always)]
-pub(crate) fn request_time(rq: *const u8) -> u64 {
-    let t = ld::<u64>(rq, off!(rq_start_time_ns));
-    if t != 0 {
-        return t;
-    }
-    // SAFETY: helper without arguments.
-    unsafe { bpf_ktime_get_ns() }
-}
-
 /// A request pointer's address as a number. The verifier forbids arithmetic on a pointer,
 /// but a pointer stored in a map value reads back as a number (a privileged program may store
 /// pointers there). Each program has its own per-CPU word: a program never runs nested in
@@ -209,9 +197,7 @@ pub(crate) fn unseen_request(rq: *const u8) -> Option<Inflight> {
             return Some(v);
         }
     }
-    let mut v = bio_origin(bio, ld::<u32>(rq, off!(rq_cmd_flags)), false)?;
-    v.start_ns = request_time(rq);
-    Some(v)
+    bio_origin(bio, ld::<u32>(rq, off!(rq_cmd_flags)), false)
 }
 
 /// Count a request once: its bytes and class, into its exec's totals.
@@ -248,8 +234,7 @@ pub(crate) fn count_request(inf: &Inflight, bytes: u32) {
 pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
     let rq: *const u8 = ctx.arg(0);
     let bio = ld_ptr(rq, off!(rq_bio));
-    if let Some(mut v) = bio_origin(bio, ld::<u32>(rq, off!(rq_cmd_flags)), true) {
-        v.start_ns = request_time(rq);
+    if let Some(v) = bio_origin(bio, ld::<u32>(rq, off!(rq_cmd_flags)), true) {
         track_request(address(rq, ADDRESS_IO_START), &v);
     }
     0
