@@ -435,8 +435,9 @@ impl Monitor {
             }
             if pending > 0 {
                 notes.push(format!(
-                    "{pending} task(s) were not freed within {:?} of the cgroup's removal \
-                     (unreaped zombies?): their figures are missing",
+                    "{pending} task(s) had not switched out for the last time within {:?} of \
+                     the cgroup's removal (stuck exiting, or a switch the kernel ran no BPF \
+                     program for): their figures are missing",
                     self.opts.grace
                 ));
             }
