@@ -252,6 +252,28 @@ pub fn direct_write_in(dir: &Path, file: &Path, bs: &str, count: u32) -> u32 {
     )
 }
 
+/// Run `argv` inside `dir` to completion and return its standard output; panics unless it
+/// succeeds.
+pub fn output_in(dir: &Path, argv: &[&str]) -> String {
+    let out = spawn_in_with(dir, argv, Stdio::piped())
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success(), "{argv:?} failed: {}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `netpeer send` printed of its socket (TCP_INFO): payload bytes sent with
+/// retransmissions, segments sent, bytes retransmitted.
+pub fn tcp_sent(netpeer_output: &str) -> (u64, u64, u64) {
+    let field = |k: &str| -> u64 {
+        netpeer_output
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in netpeer's output {netpeer_output:?}"))
+    };
+    (field("bytes_sent"), field("segs_out"), field("bytes_retrans"))
+}
+
 /// Run `argv` inside `dir` to completion; panics unless it succeeds.
 pub fn run_in(dir: &Path, argv: &[&str]) {
     let status = spawn_in(dir, argv).wait().unwrap();

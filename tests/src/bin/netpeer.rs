@@ -4,10 +4,13 @@
 //! up, bytes down as little-endian u64), then the up bytes; the server answers with the down
 //! bytes and closes once the client has closed. Prints "ready" when listening.
 //! `netpeer send ADDR UP DOWN`: the client side. It returns only after the server's close, so
-//! that every packet of the connection has passed while it ran.
+//! that every packet of the connection has passed while it ran, and prints what the kernel
+//! says it sent (TCP_INFO): `bytes_sent=N segs_out=M bytes_retrans=R` (payload bytes with
+//! retransmissions, segments, retransmitted bytes).
 use std::{
     io::{Read, Write},
     net::{Shutdown, TcpListener, TcpStream},
+    os::fd::AsRawFd,
 };
 
 fn drain(s: &mut TcpStream, mut n: u64) -> std::io::Result<()> {
@@ -67,7 +70,27 @@ fn send(addr: &str, up: u64, down: u64) -> std::io::Result<()> {
     fill(&mut s, up)?;
     drain(&mut s, down)?;
     s.shutdown(Shutdown::Write)?;
-    to_eof(&mut s)
+    to_eof(&mut s)?;
+    // SAFETY: tcp_info is plain data; the kernel fills at most `len` bytes of it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut info as *mut libc::tcp_info as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    println!(
+        "bytes_sent={} segs_out={} bytes_retrans={}",
+        info.tcpi_bytes_sent, info.tcpi_segs_out, info.tcpi_bytes_retrans
+    );
+    Ok(())
 }
 
 fn main() {
