@@ -271,7 +271,11 @@ pub fn tcp_sent(netpeer_output: &str) -> (u64, u64, u64) {
             .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
             .unwrap_or_else(|| panic!("no {k} in netpeer's output {netpeer_output:?}"))
     };
-    (field("bytes_sent"), field("segs_out"), field("bytes_retrans"))
+    (
+        field("bytes_sent"),
+        field("segs_out"),
+        field("bytes_retrans"),
+    )
 }
 
 /// Run `argv` inside `dir` to completion; panics unless it succeeds.

@@ -185,7 +185,11 @@ fn host_netns_loopback_traffic_is_per_exec() {
     // plus at most 80 bytes of IP and TCP headers a segment (fewer: a GSO packet of many
     // segments carries one set).
     let tx = sock(&c, "tx_bytes");
-    report("client tx vs TCP_INFO bytes sent", tx as f64, bytes_sent as f64);
+    report(
+        "client tx vs TCP_INFO bytes sent",
+        tx as f64,
+        bytes_sent as f64,
+    );
     assert!(
         tx >= bytes_sent && tx <= bytes_sent + 80 * segs_out,
         "client tx {tx} for {bytes_sent} bytes sent in {segs_out} segments \
