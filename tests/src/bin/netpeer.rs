@@ -74,6 +74,7 @@ fn send(addr: &str, up: u64, down: u64) -> std::io::Result<()> {
     // SAFETY: tcp_info is plain data; the kernel fills at most `len` bytes of it.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a socket this process owns; `info` is writable for `len` bytes.
     let rc = unsafe {
         libc::getsockopt(
             s.as_raw_fd(),
