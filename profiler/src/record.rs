@@ -41,8 +41,8 @@ pub struct ExecReport {
     /// Path of the exec's cgroup relative to the attached cgroup ("." for the cgroup itself).
     pub exec: String,
     pub cgroup_id: u64,
-    /// What the container runtime says about the exec (id, name, image, command), when its
-    /// cgroup is a container's or a BuildKit step's.
+    /// What the container runtime says about the exec (id, name, image, command, Kubernetes
+    /// pod), when its cgroup is a container's or a BuildKit step's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerInfo>,
     /// argv of the first program the exec ran (its first execve), when one was seen.

@@ -83,17 +83,17 @@ impl ExecReport {
         printable(&s)
     }
 
-    /// What ran, for people: the runtime, the container's name and image, or the command of
-    /// a BuildKit step or of the exec's first program.
+    /// What ran, for people: the runtime, the container's name (`namespace/pod/container` for
+    /// a pod's) and image, or the command of a BuildKit step or of the exec's first program.
     pub fn label(&self) -> Option<String> {
         let cmd = |c: &str| truncate(c, 60);
         match &self.container {
             Some(c) => {
                 let mut l = c.runtime.to_owned();
-                match (&c.name, &c.command) {
+                match (c.display_name(), &c.command) {
                     (Some(n), _) => {
                         l.push(' ');
-                        l.push_str(n);
+                        l.push_str(&n);
                     }
                     (None, Some(command)) => {
                         l.push_str(": ");
@@ -306,10 +306,11 @@ pub fn live_table(rows: &[ExecReport]) -> String {
     );
     for r in rows {
         let top = r.processes.first().map(name).unwrap_or_default();
-        let exec = match r.container.as_ref().and_then(|c| c.name.as_ref()) {
-            Some(n) => n.clone(),
-            None => r.exec.clone(),
-        };
+        let exec = r
+            .container
+            .as_ref()
+            .and_then(|c| c.display_name())
+            .unwrap_or_else(|| r.exec.clone());
         let _ = writeln!(
             s,
             "{:<28} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}  {}",
@@ -407,6 +408,35 @@ mod tests {
             ..Default::default()
         };
         assert!(!r.line().contains('\n'), "{}", r.line());
+    }
+
+    #[test]
+    fn a_pods_container_is_named_namespace_pod_container() {
+        use crate::runtime::{ContainerInfo, K8s};
+        let r = ExecReport {
+            exec: "k8s.io/4f1c".into(),
+            container: Some(ContainerInfo {
+                runtime: "containerd",
+                id: "4f1c".into(),
+                name: Some("app".into()),
+                image: Some("registry.local/app:1".into()),
+                k8s: Some(K8s {
+                    pod_name: "web-0".into(),
+                    namespace: "shop".into(),
+                    pod_uid: None,
+                    container_name: Some("app".into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(
+            r.line()
+                .contains(" (containerd shop/web-0/app, registry.local/app:1) "),
+            "{}",
+            r.line()
+        );
+        assert!(live_table(&[r]).contains("\nshop/web-0/app "));
     }
 
     #[test]

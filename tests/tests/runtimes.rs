@@ -447,7 +447,121 @@ fn containerd_and_runc_containers_are_named_from_their_bundles() {
     assert_eq!(code, 0);
 }
 
-/// Test 5: a runtime that is not there, or a bad runtime flag: one clear line, non-zero exit,
+/// Test 5: Kubernetes containers as containerd runs them for kubelet (there is no kubelet
+/// here: ctr starts them as kubelet's runtime would): the pod is read from the annotations
+/// containerd's CRI plugin writes into the spec, or from kubelet's labels (`ctr run --label`
+/// keeps them in containerd's metadata and copies them into the spec), and reaches the record
+/// and the exported series as k8s.pod.name, k8s.namespace.name, k8s.pod.uid and
+/// k8s.container.name.
+#[test]
+fn kubernetes_pods_are_named_from_cri_annotations_and_labels() {
+    let c = Containerd::start();
+    let rootfs = Scratch::new("k8s-rootfs");
+    let rootfs = &rootfs.0;
+    sh(&[
+        "tar",
+        "-C",
+        rootfs.to_str().unwrap(),
+        "-xf",
+        base_image_tar().to_str().unwrap(),
+    ]);
+    let rotel = backends::Rotel::start();
+    let p = Attached::start_with(
+        &[
+            "--runtime".into(),
+            "containerd".into(),
+            "--runtime-endpoint".into(),
+            c.socket.display().to_string(),
+            "--runtime-root".into(),
+            c.state.display().to_string(),
+            "--otlp-endpoint".into(),
+            rotel.grpc_endpoint(),
+            "--otlp-protocol".into(),
+            "grpc".into(),
+            "--export-interval".into(),
+            "1s".into(),
+        ],
+        &[("CONTAINERD_NAMESPACE", &c.namespace)],
+    );
+    let pid = std::process::id();
+    for how in ["annotations", "labels"] {
+        let id = format!("pt-k8s-{how}-{pid}");
+        let (pod, ns, uid, name) = (
+            format!("web-{how}-7d9f"),
+            "shop",
+            format!("0d3c11ef-{pid}"),
+            "app",
+        );
+        let keys: Vec<(&str, &str)> = if how == "annotations" {
+            // What containerd's CRI plugin puts in a container's spec.
+            vec![
+                ("io.kubernetes.cri.container-type", "container"),
+                ("io.kubernetes.cri.container-name", name),
+                ("io.kubernetes.cri.sandbox-id", "4f1c"),
+                ("io.kubernetes.cri.sandbox-name", &pod),
+                ("io.kubernetes.cri.sandbox-namespace", ns),
+                ("io.kubernetes.cri.sandbox-uid", &uid),
+            ]
+        } else {
+            // kubelet's labels on each container.
+            vec![
+                ("io.kubernetes.pod.name", &pod),
+                ("io.kubernetes.pod.namespace", ns),
+                ("io.kubernetes.pod.uid", &uid),
+                ("io.kubernetes.container.name", name),
+            ]
+        };
+        let flag = if how == "annotations" {
+            "--annotation"
+        } else {
+            "--label"
+        };
+        let pairs: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut run = vec!["run", "--env", "PATH=/bin"];
+        for kv in &pairs {
+            run.extend([flag, kv.as_str()]);
+        }
+        run.push("--rootfs");
+        run.extend(no_pivot());
+        run.extend([rootfs.to_str().unwrap(), &id, "/bin/sh", "-c", "busy 50000"]);
+        c.ctr(&run);
+        if how == "labels" {
+            // Where kubelet's runtime keeps them: the container's labels in containerd's store.
+            let info: Value = serde_json::from_str(&c.ctr(&["containers", "info", &id])).unwrap();
+            assert_eq!(
+                info["Labels"]["io.kubernetes.pod.name"],
+                pod.as_str(),
+                "{info}"
+            );
+        }
+        let rec = p.wait_ended_where(&id, secs(30), |r| container(r, "id") == Some(&id));
+        assert_eq!(
+            rec["container"]["k8s"],
+            serde_json::json!({"pod_name": pod, "namespace": ns, "pod_uid": uid,
+                               "container_name": name}),
+            "{how}: {rec}"
+        );
+        assert_eq!(container(&rec, "name"), Some(name), "{how}: {rec}");
+        let points = rotel.wait_for(secs(30), |pt| {
+            pt.metric == "container.cpu.time" && pt.attr("container.id") == Some(id.as_str())
+        });
+        let pt = &points[0];
+        for (k, want) in [
+            ("k8s.pod.name", pod.as_str()),
+            ("k8s.namespace.name", ns),
+            ("k8s.pod.uid", uid.as_str()),
+            ("k8s.container.name", name),
+            ("container.name", name),
+            ("container.runtime.name", "containerd"),
+        ] {
+            assert_eq!(pt.attr(k), Some(want), "{how}: {k}: {pt:?}");
+        }
+    }
+    let (code, _, _) = p.stop();
+    assert_eq!(code, 0);
+}
+
+/// Test 6: a runtime that is not there, or a bad runtime flag: one clear line, non-zero exit,
 /// before anything is attached.
 #[test]
 fn runtime_bad_inputs_give_one_clear_line() {

@@ -494,6 +494,7 @@ pub(crate) mod tests {
                 name: None,
                 image: None,
                 command: Some("/bin/sh -c make -j2".into()),
+                k8s: None,
             },
         ));
         let environ = b"GITHUB_ACTIONS=true\0GITHUB_RUN_ID=42\0GITHUB_SERVER_URL=https://github.example\0GITHUB_REPOSITORY=a/b\0TRACEPARENT=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\0";

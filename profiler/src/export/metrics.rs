@@ -170,7 +170,7 @@ impl ExecAttributes {
     }
 
     /// The exec's attributes: its path and cgroup id, what its container runtime says of it
-    /// (OpenTelemetry's container.* names), the command of its first program, and the user
+    /// (OpenTelemetry's container.* and k8s.* names), the command of its first program, and the user
     /// pattern's groups.
     pub fn of(&self, r: &ExecReport) -> Vec<(String, String)> {
         let path = r.exec.as_str();
@@ -192,6 +192,12 @@ impl ExecAttributes {
                 put("container.name", c.name.as_ref());
                 put("container.image.name", c.image.as_ref());
                 put("container.runtime.name", Some(&c.runtime.to_owned()));
+                if let Some(k) = &c.k8s {
+                    put("k8s.pod.name", Some(&k.pod_name));
+                    put("k8s.namespace.name", Some(&k.namespace));
+                    put("k8s.pod.uid", k.pod_uid.as_ref());
+                    put("k8s.container.name", k.container_name.as_ref());
+                }
             }
             None => put("container.id", container_id(path).as_ref()),
         }
@@ -464,7 +470,7 @@ pub fn histogram_values(bounds: &[f64], counts: &[u64], sum: f64) -> Vec<(f64, u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::ContainerInfo;
+    use crate::runtime::{ContainerInfo, K8s};
 
     #[test]
     fn names_are_unique_and_units_set() {
@@ -496,6 +502,7 @@ mod tests {
                 name: Some("pt-cpu".into()),
                 image: Some("pbase:1".into()),
                 command: Some("/bin/busy 100".into()),
+                k8s: None,
             }),
             ..Default::default()
         };
@@ -507,6 +514,32 @@ mod tests {
             ("container.runtime.name", "docker"),
             // No first program seen: the runtime's command stands in.
             ("process.command_line", "/bin/busy 100"),
+        ] {
+            assert!(v.contains(&(k.into(), want.into())), "{k}: {v:?}");
+        }
+        assert!(!v.iter().any(|(k, _)| k.starts_with("k8s.")), "{v:?}");
+        let pod = ExecReport {
+            container: Some(ContainerInfo {
+                runtime: "containerd",
+                id: h.into(),
+                name: Some("app".into()),
+                k8s: Some(K8s {
+                    pod_name: "web-0".into(),
+                    namespace: "shop".into(),
+                    pod_uid: Some("0d3c".into()),
+                    container_name: Some("app".into()),
+                }),
+                ..Default::default()
+            }),
+            ..r
+        };
+        let v = ExecAttributes::default().of(&pod);
+        for (k, want) in [
+            ("k8s.pod.name", "web-0"),
+            ("k8s.namespace.name", "shop"),
+            ("k8s.pod.uid", "0d3c"),
+            ("k8s.container.name", "app"),
+            ("container.name", "app"),
         ] {
             assert!(v.contains(&(k.into(), want.into())), "{k}: {v:?}");
         }

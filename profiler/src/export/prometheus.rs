@@ -228,6 +228,7 @@ mod tests {
             "profiler_exec_cpu_context_switches_total"
         );
         assert_eq!(n(M::DiskLatency), "profiler_exec_disk_latency_seconds");
+        assert_eq!(label_name("k8s.namespace.name"), "k8s_namespace_name");
     }
 
     #[test]

@@ -37,12 +37,12 @@ fn time(unix_ns: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(unix_ns)
 }
 
-/// What the span is called: the container's name, else its command (unless commands are
-/// kept off the export), else the exec's path.
+/// What the span is called: the container's name (`namespace/pod/container` for a pod's),
+/// else its command (unless commands are kept off the export), else the exec's path.
 fn span_name(r: &ExecReport, by_command: bool) -> String {
     let c = r.container.as_ref();
     let given = |s: Option<&String>| s.filter(|s| !s.trim().is_empty()).cloned();
-    let mut name = given(c.and_then(|c| c.name.as_ref()));
+    let mut name = given(c.and_then(|c| c.display_name()).as_ref());
     if by_command {
         name = name
             .or_else(|| given(c.and_then(|c| c.command.as_ref())))
@@ -351,6 +351,28 @@ mod tests {
                 .iter()
                 .any(|kv| kv.key.as_str() == "profiler.exec.path")
         );
+    }
+
+    #[test]
+    fn a_pods_container_names_its_span_namespace_pod_container() {
+        use crate::runtime::{ContainerInfo, K8s};
+        let r = ExecReport {
+            exec: "k8s.io/4f1c".into(),
+            command: Some("/app".into()),
+            container: Some(ContainerInfo {
+                runtime: "containerd",
+                name: Some("app".into()),
+                k8s: Some(K8s {
+                    pod_name: "web-0".into(),
+                    namespace: "shop".into(),
+                    pod_uid: None,
+                    container_name: Some("app".into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(span_name(&r, true), "shop/web-0/app");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! dockerd's Engine API on its unix socket: the daemon's cgroup driver and data root, and the
-//! name, image and command of a container.
+//! name, image and command of a container (and its pod, from kubelet's labels, when kubelet
+//! drives dockerd through cri-dockerd).
 
 use std::{
     path::{Path, PathBuf},
@@ -9,7 +10,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use super::{ContainerInfo, command_line};
+use super::{ContainerInfo, K8s, command_line};
 
 pub struct Api {
     client: reqwest::blocking::Client,
@@ -123,6 +124,7 @@ fn parse_container(v: &Value, id: &str) -> ContainerInfo {
             .map(str::to_owned)
             .filter(|i| !i.is_empty()),
         command: command_line(&argv),
+        k8s: v["Config"]["Labels"].as_object().and_then(K8s::from_map),
     }
 }
 
@@ -142,6 +144,37 @@ mod tests {
         assert_eq!(c.name.as_deref(), Some("pt-cpu"));
         assert_eq!(c.image.as_deref(), Some("pbase:1"));
         assert_eq!(c.command.as_deref(), Some("/bin/sh -c busy 1000"));
+        assert_eq!(c.k8s, None);
+    }
+
+    /// A container that kubelet started through cri-dockerd: its labels name the pod.
+    #[test]
+    fn kubelet_labels_give_the_pod() {
+        let v: Value = serde_json::from_str(
+            r#"{"Id":"abc","Name":"/k8s_app_web-7d9f-x2kq_shop_0d3c-11ef_0","Path":"/app",
+                "Config":{"Image":"registry.local/app:1","Labels":{
+                    "io.kubernetes.container.name":"app",
+                    "io.kubernetes.docker.type":"container",
+                    "io.kubernetes.pod.name":"web-7d9f-x2kq",
+                    "io.kubernetes.pod.namespace":"shop",
+                    "io.kubernetes.pod.uid":"0d3c-11ef"}}}"#,
+        )
+        .unwrap();
+        let c = parse_container(&v, "abc");
+        assert_eq!(
+            c.k8s,
+            Some(K8s {
+                pod_name: "web-7d9f-x2kq".into(),
+                namespace: "shop".into(),
+                pod_uid: Some("0d3c-11ef".into()),
+                container_name: Some("app".into()),
+            })
+        );
+        assert_eq!(
+            c.name.as_deref(),
+            Some("k8s_app_web-7d9f-x2kq_shop_0d3c-11ef_0")
+        );
+        assert_eq!(c.display_name().as_deref(), Some("shop/web-7d9f-x2kq/app"));
     }
 
     #[test]

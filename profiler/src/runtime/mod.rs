@@ -11,6 +11,9 @@
 //!   `userdata/config.json` (command);
 //! - containerd: the task bundle `<state>/io.containerd.runtime.v2.task/NS/ID/config.json`;
 //! - runc: its state `<root>/ID/state.json`, which names the bundle.
+//!
+//! A Kubernetes container's pod comes from the same metadata (see [`K8s`]): no kubelet or
+//! CRI API is asked.
 
 mod docker;
 mod oci;
@@ -74,6 +77,67 @@ pub struct ContainerInfo {
     /// The command the runtime started (entrypoint and arguments; a RUN step's command).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// The Kubernetes pod the container belongs to, when kubelet started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k8s: Option<K8s>,
+}
+
+impl ContainerInfo {
+    /// What to call the container: `namespace/pod/container` for a pod's, else its name.
+    pub fn display_name(&self) -> Option<String> {
+        match &self.k8s {
+            Some(k) => Some(match &k.container_name {
+                Some(c) => format!("{}/{}/{c}", k.namespace, k.pod_name),
+                None => format!("{}/{}", k.namespace, k.pod_name),
+            }),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A Kubernetes container's pod, from the keys kubelet's runtime leaves in the metadata the
+/// profiler reads: containerd's CRI plugin annotates the OCI spec with `io.kubernetes.cri.*`;
+/// kubelet's own labels `io.kubernetes.pod.*` are docker labels under cri-dockerd, CRI-O's
+/// annotations, and (with `ctr run --label`, which copies labels into the spec) annotations.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct K8s {
+    pub pod_name: String,
+    pub namespace: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// None for a pod's sandbox (pause) container under containerd.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<String>,
+}
+
+impl K8s {
+    /// From a container's annotations or labels (`get` gives a key's non-empty value); None
+    /// unless both the pod's name and namespace are there.
+    fn from_keys(get: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let either = |cri: &str, kubelet: &str| get(cri).or_else(|| get(kubelet));
+        Some(Self {
+            pod_name: either("io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name")?,
+            namespace: either(
+                "io.kubernetes.cri.sandbox-namespace",
+                "io.kubernetes.pod.namespace",
+            )?,
+            pod_uid: either("io.kubernetes.cri.sandbox-uid", "io.kubernetes.pod.uid"),
+            container_name: either(
+                "io.kubernetes.cri.container-name",
+                "io.kubernetes.container.name",
+            ),
+        })
+    }
+
+    /// From a JSON object of string values (OCI annotations, docker labels).
+    fn from_map(m: &serde_json::Map<String, serde_json::Value>) -> Option<Self> {
+        Self::from_keys(|k| {
+            m.get(k)
+                .and_then(serde_json::Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        })
+    }
 }
 
 /// The outcome of one exec's lookup.
@@ -224,6 +288,7 @@ impl Source {
                         name: None,
                         image: None,
                         command: b.command(),
+                        k8s: None,
                     })
                     .map_err(|e| {
                         format!(

@@ -5,7 +5,7 @@ use std::{fs, io, path::Path};
 
 use serde_json::Value;
 
-use super::{ContainerInfo, command_line};
+use super::{ContainerInfo, K8s, command_line};
 
 /// The parts of a bundle's config.json that name what ran.
 pub struct Bundle {
@@ -61,15 +61,24 @@ impl Bundle {
             .map(str::to_owned)
     }
 
-    /// A containerd task's metadata: the CRI plugin annotates name and image; ctr and nerdctl
-    /// containers have only their id.
+    /// The pod of a Kubernetes container, from its annotations.
+    pub fn k8s(&self) -> Option<K8s> {
+        K8s::from_map(&self.annotations)
+    }
+
+    /// A containerd task's metadata: the CRI plugin annotates name, image and pod; ctr and
+    /// nerdctl containers have only their id (and what `--label` or `--annotation` put in).
     pub fn containerd_info(&self, id: &str) -> ContainerInfo {
+        let k8s = self.k8s();
         ContainerInfo {
             runtime: "containerd",
             id: id.to_owned(),
-            name: self.annotation("io.kubernetes.cri.container-name"),
+            name: self
+                .annotation("io.kubernetes.cri.container-name")
+                .or_else(|| k8s.as_ref().and_then(|k| k.container_name.clone())),
             image: self.annotation("io.kubernetes.cri.image-name"),
             command: self.command(),
+            k8s,
         }
     }
 }
@@ -103,13 +112,14 @@ pub fn runc_state(
     {
         return None;
     }
-    let command = bundle.and_then(|b| b.command());
+    // CRI-O runs runc with kubelet's labels as annotations.
     Some(Ok(ContainerInfo {
         runtime: "runc",
         id: id.to_owned(),
         name: None,
         image: None,
-        command,
+        command: bundle.as_ref().and_then(Bundle::command),
+        k8s: bundle.as_ref().and_then(Bundle::k8s),
     }))
 }
 
@@ -132,6 +142,70 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some("docker.io/library/gcc:13"));
         let bare = Bundle::from_spec(&serde_json::json!({"process":{"args":["true"]}}));
         assert_eq!(bare.containerd_info("x2").name, None);
+        assert_eq!(bare.containerd_info("x2").k8s, None);
+    }
+
+    /// The annotations containerd's CRI plugin writes into a container's spec.
+    #[test]
+    fn cri_annotations_give_the_pod() {
+        let v: Value = serde_json::from_str(
+            r#"{"process":{"args":["/app"]},
+                "annotations":{"io.kubernetes.cri.container-type":"container",
+                               "io.kubernetes.cri.container-name":"app",
+                               "io.kubernetes.cri.sandbox-id":"4f1c",
+                               "io.kubernetes.cri.sandbox-name":"web-7d9f-x2kq",
+                               "io.kubernetes.cri.sandbox-namespace":"shop",
+                               "io.kubernetes.cri.sandbox-uid":"0d3c-11ef",
+                               "io.kubernetes.cri.image-name":"registry.local/app:1"}}"#,
+        )
+        .unwrap();
+        let c = Bundle::from_spec(&v).containerd_info("x1");
+        assert_eq!(c.name.as_deref(), Some("app"));
+        assert_eq!(
+            c.k8s,
+            Some(K8s {
+                pod_name: "web-7d9f-x2kq".into(),
+                namespace: "shop".into(),
+                pod_uid: Some("0d3c-11ef".into()),
+                container_name: Some("app".into()),
+            })
+        );
+        assert_eq!(c.display_name().as_deref(), Some("shop/web-7d9f-x2kq/app"));
+        // The pod's sandbox (pause) container: the pod, no container name.
+        let sandbox = Bundle::from_spec(&serde_json::json!({"annotations": {
+            "io.kubernetes.cri.container-type": "sandbox",
+            "io.kubernetes.cri.sandbox-name": "web-7d9f-x2kq",
+            "io.kubernetes.cri.sandbox-namespace": "shop"}}));
+        let k = sandbox.k8s().unwrap();
+        assert_eq!((k.pod_uid, k.container_name), (None, None));
+    }
+
+    /// kubelet's labels, as `ctr run --label` leaves them in the spec (and CRI-O does).
+    #[test]
+    fn kubelet_labels_give_the_pod() {
+        let b = Bundle::from_spec(&serde_json::json!({"annotations": {
+            "io.kubernetes.pod.name": "db-0",
+            "io.kubernetes.pod.namespace": "data",
+            "io.kubernetes.pod.uid": "77aa",
+            "io.kubernetes.container.name": "postgres"}}));
+        let c = b.containerd_info("x1");
+        assert_eq!(c.name.as_deref(), Some("postgres"));
+        let k = c.k8s.unwrap();
+        assert_eq!(
+            (k.pod_name.as_str(), k.namespace.as_str()),
+            ("db-0", "data")
+        );
+        assert_eq!(k.pod_uid.as_deref(), Some("77aa"));
+        assert_eq!(k.container_name.as_deref(), Some("postgres"));
+        // Both: containerd's own annotations win; a pod needs its name and namespace.
+        let both = Bundle::from_spec(&serde_json::json!({"annotations": {
+            "io.kubernetes.cri.sandbox-name": "a",
+            "io.kubernetes.pod.name": "b",
+            "io.kubernetes.pod.namespace": "ns"}}));
+        assert_eq!(both.k8s().unwrap().pod_name, "a");
+        let half = Bundle::from_spec(&serde_json::json!({"annotations": {
+            "io.kubernetes.pod.name": "b", "io.kubernetes.pod.namespace": ""}}));
+        assert_eq!(half.k8s(), None);
     }
 
     #[test]
@@ -142,7 +216,8 @@ mod tests {
         fs::create_dir_all(&bundle).unwrap();
         fs::write(
             bundle.join("config.json"),
-            r#"{"process":{"args":["/bin/busy","200000"]},"linux":{"cgroupsPath":"/ci/c1"}}"#,
+            r#"{"process":{"args":["/bin/busy","200000"]},"linux":{"cgroupsPath":"/ci/c1"},
+                "annotations":{"io.kubernetes.pod.name":"p","io.kubernetes.pod.namespace":"n"}}"#,
         )
         .unwrap();
         fs::write(
@@ -156,6 +231,7 @@ mod tests {
         let c = runc_state(&dir.join("root"), "c1", None).unwrap().unwrap();
         assert_eq!(c.runtime, "runc");
         assert_eq!(c.command.as_deref(), Some("/bin/busy 200000"));
+        assert_eq!(c.display_name().as_deref(), Some("n/p"));
         assert!(runc_state(&dir.join("root"), "c1", Some("/ci/c1")).is_some());
         // A cgroup of the same name elsewhere is not that container.
         assert!(runc_state(&dir.join("root"), "c1", Some("/other/c1")).is_none());

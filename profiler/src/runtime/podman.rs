@@ -135,6 +135,7 @@ fn from_storage_entry(c: &Value, id: &str) -> ContainerInfo {
         name,
         image: meta["image-name"].as_str().map(str::to_owned),
         command: None,
+        k8s: None,
     }
 }
 
