@@ -5,6 +5,7 @@
 use anyhow::{Context as _, anyhow};
 
 fn main() -> anyhow::Result<()> {
+    commit();
     let meta = cargo_metadata::MetadataCommand::new()
         .no_deps()
         .exec()
@@ -38,4 +39,37 @@ fn which_bpf_linker() -> Option<std::path::PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join("bpf-linker"))
         .find(|p| p.is_file())
+}
+
+/// The commit the binary is built from, for `--version`: $PROFILER_COMMIT (set by `cargo xtask
+/// dist`), else `git rev-parse` of the tree, else "unknown" (a source tarball).
+fn commit() {
+    println!("cargo:rerun-if-env-changed=PROFILER_COMMIT");
+    let from_git = || {
+        let dir = std::env::var("CARGO_MANIFEST_DIR").ok()?;
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .current_dir(&dir)
+                .args(args)
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        };
+        // Rebuilt when HEAD moves (the ref it names, or HEAD itself when detached).
+        let git_dir = git(&["rev-parse", "--absolute-git-dir"])?;
+        println!("cargo:rerun-if-changed={git_dir}/HEAD");
+        if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={git_dir}/{r}");
+            println!("cargo:rerun-if-changed={git_dir}/packed-refs");
+        }
+        git(&["rev-parse", "--short=12", "HEAD"])
+    };
+    let commit = std::env::var("PROFILER_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(from_git)
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=PROFILER_COMMIT={commit}");
 }

@@ -5,27 +5,47 @@ use std::fs;
 
 use anyhow::{Context as _, Result, bail};
 
-/// Refuse early, with the fix, when the process cannot load BPF programs.
-pub fn check_privileges() -> Result<()> {
-    if nix::unistd::geteuid().is_root() {
-        return Ok(());
-    }
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
+/// Capability numbers (linux/capability.h) that the profiler asks about.
+pub const CAP_DAC_OVERRIDE: u32 = 1;
+pub const CAP_DAC_READ_SEARCH: u32 = 2;
+pub const CAP_NET_ADMIN: u32 = 12;
+pub const CAP_SYS_PTRACE: u32 = 19;
+pub const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_PERFMON: u32 = 38;
+pub const CAP_BPF: u32 = 39;
+
+/// The effective capabilities (CapEff) of a /proc/PID/status text.
+pub fn cap_eff(status: &str) -> Option<u64> {
+    status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    const CAP_SYS_ADMIN: u64 = 21;
-    const CAP_PERFMON: u64 = 38;
-    const CAP_BPF: u64 = 39;
-    let has = |c: u64| caps & (1 << c) != 0;
-    if has(CAP_SYS_ADMIN) && has(CAP_BPF) && has(CAP_PERFMON) {
+}
+
+/// This process's effective capabilities.
+pub fn effective_caps() -> Option<u64> {
+    cap_eff(&fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// Refuse early, with the fix, when the process cannot load BPF programs: that takes CAP_BPF
+/// and CAP_PERFMON (or CAP_SYS_ADMIN, which stands in for both), whatever the uid (root with a
+/// reduced bounding set has not got them).
+pub fn check_privileges() -> Result<()> {
+    let caps = effective_caps().unwrap_or(0);
+    let has = |c: u32| caps & (1 << c) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
         return Ok(());
     }
+    let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
+        .into_iter()
+        .filter(|&(c, _)| !has(c))
+        .map(|(_, n)| n)
+        .collect();
     bail!(
-        "profiler needs root privileges (CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON) to load its \
-         eBPF programs; run it as root, e.g. with sudo"
+        "profiler needs root privileges to load its eBPF programs: {} missing (CAP_BPF: create \
+         the maps and load the programs; CAP_PERFMON: the tracing programs); run it as root, \
+         e.g. with sudo, or grant those capabilities",
+        missing.join(" and ")
     )
 }
 

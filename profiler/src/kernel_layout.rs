@@ -82,6 +82,34 @@ impl KernelBtf {
             .collect()
     }
 
+    /// What attaching needs of this kernel's tracepoints and iterators, checked before anything
+    /// is loaded (by `attach` and by `check`): Ok(true) when block requests must be tied to
+    /// their exec at block_getrq (no block_io_start), or why the profiler cannot attach.
+    pub fn preflight(&self, release: &str) -> Result<bool> {
+        if let Some((tp, since)) = self.missing_tracepoints().first() {
+            bail!(
+                "kernel {release} lacks the tracepoint {tp} (Linux {since} or later has it); \
+                 profiler cannot attach here"
+            );
+        }
+        let block_start = sources::BLOCK_START.name;
+        let fallback = sources::BLOCK_START_FALLBACK;
+        let block_getrq_fallback = !self.has_tracepoint(block_start);
+        if block_getrq_fallback && !self.has_tracepoint(fallback) {
+            bail!(
+                "kernel {release} lacks the tracepoints {block_start} and {fallback}: profiler \
+                 cannot attach here"
+            );
+        }
+        if !self.has_func("bpf_iter_task") {
+            bail!(
+                "kernel {release} lacks BPF task iterators (Linux {} or later has them)",
+                sources::ITERATORS_SINCE
+            );
+        }
+        Ok(block_getrq_fallback)
+    }
+
     pub fn has_func(&self, name: &str) -> bool {
         self.btf
             .resolve_types_by_name(name)

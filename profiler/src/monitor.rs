@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use profiler_common::*;
 
 use crate::{
@@ -23,7 +23,7 @@ use crate::{
     probes::{ExecNet, Limits, Probes, ProgramCost},
     record::{ExecReport, Inputs},
     runtime::{Lookup, Resolver},
-    sources::{BLOCK_START, BLOCK_START_FALLBACK, ITERATORS_SINCE},
+    sources::{BLOCK_START, BLOCK_START_FALLBACK},
 };
 
 /// How long a new exec may go without a first program before its series are exported
@@ -80,24 +80,7 @@ impl Monitor {
         let hierarchy = Hierarchy::find()?;
         let kbtf = KernelBtf::open(&opts.btf)?;
         let release = kernel_release();
-        if let Some((tp, since)) = kbtf.missing_tracepoints().first() {
-            bail!(
-                "kernel {release} lacks the tracepoint {tp} (Linux {since} or later has it); \
-                 profiler cannot attach here"
-            );
-        }
-        let block_start = BLOCK_START.name;
-        let block_getrq_fallback = !kbtf.has_tracepoint(block_start);
-        if block_getrq_fallback && !kbtf.has_tracepoint(BLOCK_START_FALLBACK) {
-            bail!(
-                "kernel {release} lacks the tracepoints {block_start} and {BLOCK_START_FALLBACK}: profiler cannot attach here"
-            );
-        }
-        if !kbtf.has_func("bpf_iter_task") {
-            bail!(
-                "kernel {release} lacks BPF task iterators (Linux {ITERATORS_SINCE} or later has them)"
-            );
-        }
+        let block_getrq_fallback = kbtf.preflight(&release)?;
         let layout = kbtf.layout()?;
         drop(kbtf);
         let controllers = hierarchy.controllers();

@@ -349,13 +349,21 @@ fn build_static(work: &Path) -> Result<Bins> {
     }
     tests.retain(|p| {
         let n = p.file_name().unwrap().to_string_lossy();
-        ["engine-", "vm-", "cgroup-", "network-", "runtimes-"]
-            .iter()
-            .any(|p| n.starts_with(p))
+        [
+            "engine-",
+            "vm-",
+            "cgroup-",
+            "network-",
+            "runtimes-",
+            "check-",
+        ]
+        .iter()
+        .any(|p| n.starts_with(p))
     });
-    if tests.len() < 5 {
+    if tests.len() < 6 {
         bail!(
-            "did not find the engine, cgroup, network, runtimes and vm test binaries ({tests:?})"
+            "did not find the engine, cgroup, network, runtimes, check and vm test binaries \
+             ({tests:?})"
         );
     }
     let rel = target_dir.join(TARGET).join("release");

@@ -71,6 +71,10 @@ pub struct AttachArgs {
     pub cgroup: Option<String>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
+    /// Read these options from a TOML file, one key per long option (`exec-depth = 2`,
+    /// `otlp-endpoint = "http://collector:4318"`, `live = true`); flags given here win.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Depth of the execs below PATH: cgroups at depth 1..=N are execs, deeper ones roll up.
     #[arg(long, default_value_t = 1)]
     pub exec_depth: u32,

@@ -3,6 +3,9 @@
 
 mod args;
 mod attach;
+mod check;
+pub mod config;
+mod generate;
 mod otlp;
 mod run;
 
@@ -29,8 +32,10 @@ use crate::{
 #[derive(Debug, Parser)]
 #[command(
     name = "profiler",
-    version,
-    about = "Per-exec resource profiler for cgroup subtrees, with eBPF"
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("PROFILER_COMMIT"), ")"),
+    about = "Per-exec resource profiler for cgroup subtrees, with eBPF",
+    // A flag given twice takes its last value: `--config`'s keys come first, flags after.
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -46,6 +51,14 @@ pub enum Command {
     /// Picture a build from the JSON lines of `attach --output json`: an HTML page (timeline,
     /// table) and a summary of where the time went on stdout.
     Report(ReportArgs),
+    /// Tell what this host allows the profiler to do, one line per feature; exit 0 when
+    /// `attach` can run.
+    Check(check::CheckArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions(generate::CompletionsArgs),
+    /// Write the man pages (profiler.1 and one per subcommand) into a directory.
+    #[command(hide = true)]
+    Manpages(generate::ManpagesArgs),
 }
 
 /// Run the command; returns the process exit code.
@@ -54,6 +67,9 @@ pub async fn run_cli(cli: Cli) -> i32 {
         Command::Attach(a) => attach::attach(a).await,
         Command::Run(r) => run::run(r).await,
         Command::Report(r) => crate::build_report::run(&r.input, &r.html, r.top).map(|()| 0),
+        Command::Check(c) => check::check(c).await,
+        Command::Completions(c) => generate::completions(c).map(|()| 0),
+        Command::Manpages(m) => generate::manpages(m).map(|()| 0),
     };
     match result {
         Ok(code) => code,
@@ -115,6 +131,17 @@ pub(crate) unsafe fn watch(fd: RawFd) -> Result<AsyncFd<Fd>> {
     // SAFETY: per the caller's promise.
     let w = unsafe { AsyncFd::register_with_interest(Fd(fd), Interest::READABLE) };
     w.map_err(|e| anyhow::anyhow!("cannot poll a descriptor: {e}"))
+}
+
+/// Write to stdout; a reader that has gone (EPIPE: `| head`) is not an error.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("cannot write to stdout: {e}"))
+        }
+        _ => Ok(()),
+    }
 }
 
 pub(crate) fn emit(reports: &[ExecReport], output: Output) {
