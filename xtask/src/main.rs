@@ -15,6 +15,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod dist;
 mod vmtest;
 
 #[derive(Parser)]
@@ -48,6 +49,13 @@ enum Task {
     },
     /// Set up, build, and profile a real demo workload with the embedded default output.
     Demo,
+    /// Build what an operator installs into target/dist/: the static binary in a versioned
+    /// tarball (with sha256, README, licences, man pages, completions, config, systemd unit)
+    /// and a .deb.
+    Dist,
+    /// Build the sidecar container image (FROM scratch, the static binary) with the local
+    /// Docker Engine and save it as target/dist/profiler-image-VERSION.tar.
+    Image,
     /// Set up, build, and measure the profiler's cost: the standard workload side by side
     /// with the bpftrace floor (each eBPF program's runs and ns per run, total BPF CPU,
     /// userspace CPU), then resident memory idle, with live execs and OTLP export, and over
@@ -96,6 +104,14 @@ fn main() -> Result<()> {
         Task::Demo => {
             setup()?;
             demo()
+        }
+        Task::Dist => {
+            setup()?;
+            dist::dist().map(|_| ())
+        }
+        Task::Image => {
+            setup()?;
+            dist::image().map(|_| ())
         }
         Task::Bench {
             seconds,
@@ -256,7 +272,7 @@ pub(crate) fn ensure_debian_packages(wanted: &[(&str, &str)]) -> Result<()> {
     apt_install(&missing)
 }
 
-fn apt_install(packages: &[&str]) -> Result<()> {
+pub(crate) fn apt_install(packages: &[&str]) -> Result<()> {
     run(Command::new("apt-get").args(["-q", "update"]))?;
     run(Command::new("apt-get")
         .args(["-q", "-y", "install", "--no-install-recommends"])
@@ -374,6 +390,16 @@ fn test(filter: Option<&str>) -> Result<()> {
     let bin = build(false)?;
     // Workloads that run inside containers, which have no C library.
     let static_bins = vmtest::build_static_bins()?;
+    // The packages and the image, which the deploy tests install and run.
+    // The package test installs the .deb and reads its man page and unit; the sidecar test
+    // lists the loaded BPF programs.
+    ensure_debian_packages(&[
+        ("man-db", "man"),
+        ("systemd", "systemd-analyze"),
+        ("bpftool", "bpftool"),
+    ])?;
+    let dist = dist::dist()?;
+    let image = dist::image()?;
     let mut unit = cargo();
     unit.args([
         "test",
@@ -397,7 +423,10 @@ fn test(filter: Option<&str>) -> Result<()> {
         .env("PROFILER_BIN", &bin)
         .env("ROTEL_BIN", &rotel)
         .env("PROMETHEUS_BIN", &prometheus)
-        .env("PROFILER_STATIC_BINS", &static_bins);
+        .env("PROFILER_STATIC_BINS", &static_bins)
+        .env("PROFILER_DIST_DIR", &dist)
+        .env("PROFILER_IMAGE_TAR", &image)
+        .env("PROFILER_IMAGE_REF", dist::image_ref());
     run(&mut e2e)
 }
 
