@@ -91,7 +91,7 @@ pub struct TaskBaseline {
 
 /// A task's IO waits (key: tid): time blocked with `in_iowait` set, from the switch-out to
 /// the wake-up. Measured here because the kernel's own delay accounting of these waits
-/// (blkio_delay) is unreliable since Linux 6.12 (see README).
+/// (blkio_delay) is unreliable since Linux 6.12 (docs/figures.md, "IO-wait").
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoWait {

@@ -35,7 +35,7 @@ static ADDRESS: PerCpuArray<u64> = PerCpuArray::with_max_entries(3, 0);
 // exec recorded when the request was created in the submitter's context; latency from the last
 // issue to completion. Counting per issue would double-count requeued requests; the current task
 // at issue or completion is often kblockd or an IRQ. Counting at completion is not exact either:
-// the kernel skips programs silently at times (README, "Skipped BPF runs"), completions most:
+// the kernel skips programs silently at times (docs/figures.md, "Skipped BPF runs"), completions most:
 // 0.03-0.2% of them on the 6.18 host under concurrent direct IO.
 
 /// The exec that caused a bio, and the request class and flush flag of its op flags. Away from

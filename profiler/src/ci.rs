@@ -306,6 +306,44 @@ impl CiEnv {
     }
 }
 
+/// Test support: one context per CI system, from an environment that sets every variable the
+/// profiler reads (and the `--ci-env` variable `extra`), so that each has every attribute its
+/// system can give.
+#[cfg(test)]
+pub(crate) fn every_context(extra: &str) -> Vec<CiContext> {
+    let ci = CiEnv::new(&[extra.to_owned()]).expect("a valid variable name");
+    SYSTEMS
+        .iter()
+        .map(|s| {
+            let mut env = Vec::new();
+            let mut set = |name: &str, value: &str| {
+                env.extend_from_slice(format!("{name}={value}").as_bytes());
+                env.push(0);
+            };
+            let lists = [
+                s.pipeline_name,
+                s.pipeline_run_id,
+                s.task_name,
+                s.task_run_id,
+                s.worker_id,
+                s.worker_name,
+                s.pipeline_run_url,
+                s.task_run_url,
+            ];
+            for name in lists.concat().iter().chain(URL_PARTS).chain([&s.marker]) {
+                set(name, "1");
+            }
+            set(
+                TRACEPARENT,
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            );
+            set(TRACESTATE, "rojo=00f067aa0ba902b7");
+            set(extra, "value");
+            ci.context(&env)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,8 @@ pub mod cgroup_files;
 pub mod ci;
 pub mod cli;
 pub mod clock;
+#[cfg(test)]
+mod docs_check;
 pub mod execs;
 pub mod export;
 pub mod host;

@@ -341,7 +341,7 @@ impl Monitor {
     /// Map reads from userspace are kept rare on purpose: while a map lookup or update system
     /// call runs on a CPU, the kernel skips the BPF programs triggered on that CPU and counts
     /// no miss (measured on Linux 6.18: two processes looping on lookups cost 0.13% of block
-    /// completion runs under load; see README, "Skipped BPF runs").
+    /// completion runs under load; see docs/figures.md, "Skipped BPF runs").
     pub fn sweep(&mut self) {
         self.drain(); // removal records already queued carry the exact time
         let now = monotonic_ns();

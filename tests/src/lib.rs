@@ -583,8 +583,8 @@ pub fn u(v: &Value) -> u64 {
 }
 
 /// Latency samples in an exec record's disk histogram of `direction` ("read" or "write"): one
-/// per request whose completion the programs saw (the kernel skips a few, README "Skipped BPF
-/// runs"), so at most its request count.
+/// per request whose completion the programs saw (the kernel skips a few:
+/// docs/figures.md, "Skipped BPF runs"), so at most its request count.
 pub fn latency_samples(rec: &Value, direction: &str) -> u64 {
     let h = &rec["disk"][format!("{direction}_latency")]["counts"];
     h.as_array()

@@ -267,7 +267,7 @@ fn short_execs_all_arrive_and_memory_stays_flat() {
     p.stop();
 }
 
-/// Test 2b: 250 running execs, more than one OTLP collection shows (100, README "Memory"):
+/// Test 2b: 250 running execs, more than one OTLP collection shows (100: docs/export.md, "When the collector is away"):
 /// each interval's round of collections shows every one of them, at most 100 in each
 /// collection (the points of one collection share its timestamp).
 #[test]
@@ -481,7 +481,7 @@ fn execs_ended_during_an_outage_arrive_afterwards() {
             rec["disk"]
         );
     }
-    // 4 requests per exec; the kernel skips a completion now and then (README).
+    // 4 requests per exec; the kernel skips a completion now and then (docs/figures.md, "Skipped BPF runs").
     assert!(
         total >= 4 * recs.len() as u64 - 2,
         "{total} latency samples in {} execs",

@@ -22,7 +22,7 @@ fn container<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
 /// showed at the workload's end (the tail and exit come after: at most 2% and 5 ms more), or
 /// its parent's whole usage when it ran there alone. At most 2% and 2 ms less: the runtime's
 /// init process joins the cgroup already running and is counted from the move, while the
-/// cgroup may be charged the slice it ran just before (README, "Which exec is charged").
+/// cgroup may be charged the slice it ran just before (docs/figures.md, "Which exec is charged").
 /// Under emulation that slice is longer in the guest's clock (a vCPU waits its turn while its
 /// task's runtime accrues): the 2 ms stretch with the tests' time scale (in the 6.1 guest,
 /// 26 ms once).

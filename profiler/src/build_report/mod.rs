@@ -17,7 +17,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use serde::Deserialize;
 
-/// One exec record as `attach` writes it (see README, "JSON"): only the fields the picture
+/// One exec record as `attach` writes it (docs/figures.md, "The JSON record"): only the fields the picture
 /// uses. Unknown fields are ignored; those it uses are required as they are always written
 /// (a default would turn a renamed field into silent zeros), Options where the record may
 /// hold null or leave them out.

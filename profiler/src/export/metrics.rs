@@ -97,6 +97,17 @@ defs! {
         "CPU time of the exec's listed processes, by process.command (the 10 commands with the most CPU time)";
 }
 
+/// The one metric outside the per-exec table: how many execs are followed now (OTLP only,
+/// without attributes).
+pub const EXECS_RUNNING: Def = Def {
+    name: "profiler.execs.running",
+    kind: Kind::Gauge,
+    unit: "{exec}",
+    integer: true,
+    series_per_exec: 0,
+    description: "Execs the profiler follows now",
+};
+
 /// Commands whose CPU time an exec's `profiler.process.cpu.time` carries (those with the most).
 pub const COMMANDS_PER_EXEC: usize = 10;
 

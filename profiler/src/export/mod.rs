@@ -32,7 +32,7 @@ const MAX_PENDING_FINALS: usize = 50_000;
 pub(crate) const FINALS_PER_EXPORT: usize = 250;
 /// Most running execs one OTLP collection shows: each interval a round of collections shows
 /// them all, this many at a time. The SDK keeps a collection's points until the next one and
-/// the exporter copies them into one request (README, "Resident memory"), so memory follows
+/// the exporter copies them into one request (docs/cost.md, "Resident memory"), so memory follows
 /// the size of one collection, not the number of running execs.
 pub(crate) const LIVE_PER_EXPORT: usize = 100;
 /// How long, and how many, ended execs the Prometheus endpoint keeps showing.

@@ -36,7 +36,9 @@ use super::{
     FINALS_PER_EXPORT, LIVE_PER_EXPORT, Shared,
     http_client::{Cause, HttpWithCause, cause_of},
     lock,
-    metrics::{DEFS, ExecSeries, Kind, M, histogram_values, latency_bounds_s, point_kv},
+    metrics::{
+        DEFS, EXECS_RUNNING, ExecSeries, Kind, M, histogram_values, latency_bounds_s, point_kv,
+    },
     spans::{Schedule, Spans, span_of},
 };
 use crate::{
@@ -498,9 +500,9 @@ impl Otlp {
         // empty one, and the shared view learns of deliveries from exports.
         let sh = shared.clone();
         meter
-            .u64_observable_gauge("profiler.execs.running")
-            .with_unit("{exec}")
-            .with_description("Execs the profiler follows now")
+            .u64_observable_gauge(EXECS_RUNNING.name)
+            .with_unit(EXECS_RUNNING.unit)
+            .with_description(EXECS_RUNNING.description)
             .with_callback(move |o| o.observe(lock(&sh).live.len() as u64, &[]))
             .build();
         let d = &DEFS[M::DiskLatency as usize];

@@ -218,6 +218,20 @@ mod tests {
     use crate::export::metrics::{Hist, M, Point};
 
     #[test]
+    fn docs_figures_md_gives_every_prometheus_name() {
+        let table = crate::docs_check::section("Prometheus names");
+        for d in DEFS {
+            let cells = crate::docs_check::row(table, d.name).unwrap_or_else(|| {
+                panic!(
+                    "docs/figures.md, \"Prometheus names\" has no row for {}",
+                    d.name
+                )
+            });
+            assert_eq!(cells[1], format!("`{}`", prom_name(d)), "{}", d.name);
+        }
+    }
+
+    #[test]
     fn names_follow_the_compatibility_rules() {
         let n = |m: M| prom_name(&DEFS[m as usize]);
         assert_eq!(n(M::CpuTime), "container_cpu_time_seconds_total");

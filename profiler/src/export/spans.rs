@@ -306,6 +306,20 @@ mod tests {
     use crate::ci::{CiContext, TraceContext};
 
     #[test]
+    fn docs_figures_md_lists_every_span_attribute() {
+        let r = crate::docs_check::full_record();
+        let span = span_of(&r, &[], true).expect("a sampled trace");
+        let listed = crate::docs_check::code_spans(crate::docs_check::section("Span attributes"));
+        for kv in &span.attributes {
+            assert!(
+                listed.contains(&kv.key.as_str()),
+                "docs/figures.md, \"Span attributes\" does not list {}",
+                kv.key
+            );
+        }
+    }
+
+    #[test]
     fn a_span_is_a_child_of_the_execs_trace_context() {
         let r = ExecReport {
             exec: "step-1".into(),
