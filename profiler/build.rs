@@ -5,6 +5,7 @@
 use anyhow::{Context as _, anyhow};
 
 fn main() -> anyhow::Result<()> {
+    quiet_child_cargo();
     commit();
     let meta = cargo_metadata::MetadataCommand::new()
         .no_deps()
@@ -32,6 +33,21 @@ fn main() -> anyhow::Result<()> {
         }],
         aya_build::Toolchain::default(),
     )
+}
+
+/// aya-build forwards every line the eBPF crate's cargo writes to stderr as a `cargo:warning`,
+/// its progress (`Compiling ...`, `Finished ...`) included. That cargo inherits our
+/// environment: make it quiet (cargo's `term.quiet`), so that what is forwarded is what matters,
+/// the compiler's warnings and errors (which it reads from the JSON messages, quiet or not) and
+/// cargo's errors. Unless verbosity was asked for (`term.verbose` and `term.quiet` together are
+/// an error).
+fn quiet_child_cargo() {
+    if std::env::var_os("CARGO_TERM_VERBOSE").is_none()
+        && std::env::var_os("CARGO_TERM_QUIET").is_none()
+    {
+        // SAFETY: first thing in a build script's main, before any thread exists.
+        unsafe { std::env::set_var("CARGO_TERM_QUIET", "true") };
+    }
 }
 
 fn which_bpf_linker() -> Option<std::path::PathBuf> {

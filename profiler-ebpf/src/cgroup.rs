@@ -139,16 +139,17 @@ pub(crate) fn try_attach_task(dst: *const u8, task: *const u8) -> Option<()> {
     let rec = unsafe { &mut *rec };
     read_counters(task, &mut rec.counters, iowait_of(task, pid).0);
     // SAFETY: plain data copied out.
-    if let Some(old) = unsafe { BASELINES.get(&pid) }.copied() {
-        if old.start_time_ns == start && Some(old.exec_id) != dst_entry.map(|e| e.exec_id) {
-            let old_slot = entry_of(old.exec_id).map_or(NO_SLOT, |e| e.slot);
-            if let Some(stats) = stats_of(old_slot) {
-                let moved = rec.counters.since(&old.counters);
-                let m = moved.as_array();
-                let ended = stats.ended.as_array_mut();
-                for i in 0..TASK_COUNTERS {
-                    add(&mut ended[i], m[i]);
-                }
+    if let Some(old) = unsafe { BASELINES.get(&pid) }.copied()
+        && old.start_time_ns == start
+        && Some(old.exec_id) != dst_entry.map(|e| e.exec_id)
+    {
+        let old_slot = entry_of(old.exec_id).map_or(NO_SLOT, |e| e.slot);
+        if let Some(stats) = stats_of(old_slot) {
+            let moved = rec.counters.since(&old.counters);
+            let m = moved.as_array();
+            let ended = stats.ended.as_array_mut();
+            for i in 0..TASK_COUNTERS {
+                add(&mut ended[i], m[i]);
             }
         }
     }

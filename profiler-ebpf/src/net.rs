@@ -42,10 +42,10 @@ pub(crate) fn note_netns(task: *const u8, exec_id: u64) {
     }
     let key = net as u64;
     // SAFETY: plain data copied out.
-    if let Some(e) = unsafe { NETNS.get(&key) } {
-        if e.exec_id == exec_id {
-            return;
-        }
+    if let Some(e) = unsafe { NETNS.get(&key) }
+        && e.exec_id == exec_id
+    {
+        return;
     }
     let e = NetnsEntry {
         exec_id,

@@ -99,12 +99,12 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let task: *const u8 = ctx.arg(0);
-    if let Some(entry) = entry_of(task_cgroup_id(task)) {
-        if let Some(stats) = stats_of(entry.slot) {
-            add(&mut stats.task_exits, 1);
-            // Until its last context switch, the task's final counters are still to come.
-            add(&mut stats.pending, 1);
-        }
+    if let Some(entry) = entry_of(task_cgroup_id(task))
+        && let Some(stats) = stats_of(entry.slot)
+    {
+        add(&mut stats.task_exits, 1);
+        // Until its last context switch, the task's final counters are still to come.
+        add(&mut stats.pending, 1);
     }
     0
 }

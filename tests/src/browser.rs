@@ -249,6 +249,20 @@ impl Browser {
             .unwrap();
         fs::write(path, png).unwrap();
     }
+
+    /// A PNG of the whole page at `width` CSS pixels (scale 1), written to `path`: the
+    /// viewport is made as tall as the page first (and left so). Fonts are awaited, so the
+    /// layout is the same from run to run.
+    pub fn screenshot_page(&mut self, path: &Path, width: u32) {
+        self.resize(width, 600);
+        self.eval("document.fonts.ready.then(() => true)");
+        let height = self
+            .eval("Math.ceil(document.documentElement.scrollHeight)")
+            .as_u64()
+            .unwrap() as u32;
+        self.resize(width, height);
+        self.screenshot(path);
+    }
 }
 
 impl Drop for Browser {

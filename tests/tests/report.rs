@@ -210,7 +210,7 @@ fn report_of_a_recorded_run_in_chromium() {
     );
 
     // On-CPU, run-queue and IO-wait can exceed task time only by what the clocks of two CPUs
-    // disagree (README, "A picture of a build").
+    // disagree (docs/report.md, "A picture of a build: `profiler report`").
     for r in &records {
         let c = &r["cpu"];
         let parts = u(&c["on_cpu_ns"]) + u(&c["runq_delay_ns"]) + u(&c["iowait_ns"]);
@@ -637,6 +637,59 @@ fn report_of_a_recorded_run_in_chromium() {
         0,
         "nothing fetched after all that"
     );
+
+    // The README's picture: the page of this run less the two execs that test escaping and a
+    // bad address (nothing to show a reader), as it opens (no details shown, unsorted), whole,
+    // 1280 pixels wide (where every column of the table fits), in a page of its own. Always to
+    // target/report-test/report-page.png; also to docs/report.png with
+    // PROFILER_UPDATE_SCREENSHOT=1 (each run's figures differ a little, so the committed
+    // picture changes only when asked).
+    let shown: Vec<String> = records
+        .iter()
+        .filter(|r| r["exec"] != odd_name && r["exec"] != "ci-bad-url")
+        .map(|r| r.to_string())
+        .collect();
+    assert_eq!(shown.len(), 7);
+    fs::write(out.join("build.jsonl"), shown.join("\n") + "\n").unwrap();
+    // A relative path: the page's title is the file as given.
+    let res = Command::new(profiler_bin())
+        .current_dir(&out)
+        .args(["report", "build.jsonl", "--html", "build.html"])
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "profiler report: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    b.open(&out.join("build.html"), 1280, 900);
+    assert_eq!(
+        b.eval("(() => { const s = document.querySelector('.scroll'); return s.scrollWidth <= s.clientWidth; })()"),
+        true,
+        "the table is cut at 1280 pixels"
+    );
+    let page_png = out.join("report-page.png");
+    b.screenshot_page(&page_png, 1280);
+    let shot = fs::read(&page_png).unwrap();
+    // The PNG header's width and height (IHDR, big-endian, after the 16-byte signature and
+    // chunk head).
+    let dim = |at: usize| u32::from_be_bytes(shot[at..at + 4].try_into().unwrap());
+    assert!(
+        shot.starts_with(b"\x89PNG"),
+        "{} is no PNG",
+        page_png.display()
+    );
+    let (w, h) = (dim(16), dim(20));
+    assert!(w == 1280 && (600..8000).contains(&h), "{w} x {h} pixels");
+    eprintln!("SCREENSHOT {} ({w} x {h})", page_png.display());
+    if std::env::var_os("PROFILER_UPDATE_SCREENSHOT").is_some_and(|v| v == "1") {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .join("docs/report.png");
+        fs::copy(&page_png, &docs).unwrap();
+        eprintln!("SCREENSHOT copied to {}", docs.display());
+    }
     drop(b);
     let _ = fs::remove_dir_all(&scratch);
 }

@@ -16,6 +16,8 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod dist;
+#[cfg(test)]
+mod doclinks;
 mod vmtest;
 
 #[derive(Parser)]
@@ -375,6 +377,8 @@ fn test(filter: Option<&str>) -> Result<()> {
             "the end-to-end tests load eBPF programs and create cgroups: run `cargo xtask test` as root"
         );
     }
+    // Style and lints first: a minute at most, where the tests take many.
+    lint()?;
     // The network tests make namespaces and veth pairs with ip(8); the TLS export test makes
     // a private CA with openssl and terminates TLS with socat; the report test loads its page
     // in headless Chromium.
@@ -428,6 +432,36 @@ fn test(filter: Option<&str>) -> Result<()> {
         .env("PROFILER_IMAGE_TAR", &image)
         .env("PROFILER_IMAGE_REF", dist::image_ref());
     run(&mut e2e)
+}
+
+/// `cargo fmt --check` over the workspace, and clippy with warnings as errors: over the host
+/// crates (every target), and over the eBPF crate as profiler/build.rs (aya-build) builds it:
+/// the nightly toolchain, the BPF target, core built from source.
+fn lint() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+    let nightly = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]))?;
+    if !nightly.lines().any(|l| l.starts_with("clippy")) {
+        run(Command::new("rustup").args(["component", "add", "clippy", "--toolchain", "nightly"]))?;
+    }
+    // The cfg aya-build passes (the host's architecture); a target directory of its own, as
+    // the toolchain and the flags differ from the host build's.
+    let ebpf = "run nightly cargo clippy --package profiler-ebpf --bins --release \
+        --target bpfel-unknown-none -Z build-std=core --target-dir target/clippy-ebpf \
+        -- -D warnings";
+    let cfg = format!("--cfg=bpf_target_arch=\"{}\"", env::consts::ARCH);
+    run(Command::new("rustup")
+        .current_dir(root())
+        .args(ebpf.split_whitespace())
+        .env("CARGO_ENCODED_RUSTFLAGS", cfg)
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER"))
 }
 
 // ------------------------------------------------------------------------------------------

@@ -44,17 +44,37 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    // The first line of each is its summary in `profiler --help`; after_help shows one use.
     /// Watch a cgroup subtree: each child cgroup is an exec, reported when it ends.
+    #[command(
+        after_help = "Example: each RUN step of a `docker build`, as JSON lines \
+        (SIGINT stops it):\n  profiler attach --runtime buildkit --output json > build.jsonl"
+    )]
     Attach(AttachArgs),
     /// Run a command in a fresh cgroup and report what it used.
+    #[command(
+        after_help = "Example: the report goes to stderr, the exit code is make's:\n  \
+        profiler run -- make -j8"
+    )]
     Run(RunArgs),
-    /// Picture a build from the JSON lines of `attach --output json`: an HTML page (timeline,
-    /// table) and a summary of where the time went on stdout.
+    /// Picture a build recorded by `attach --output json`: an HTML page and a summary.
+    ///
+    /// The page shows each exec on a timeline and in a table; the summary of where the time
+    /// went goes to stdout.
+    #[command(after_help = "Example:\n  profiler report build.jsonl --html build.html")]
     Report(ReportArgs),
-    /// Tell what this host allows the profiler to do, one line per feature; exit 0 when
-    /// `attach` can run.
+    /// Tell what this host allows the profiler to do, one line per feature.
+    ///
+    /// Exits 0 when `attach` can run (possibly with less), 1 when something it needs is
+    /// missing.
+    #[command(
+        after_help = "Example: this host, and the subtree the config file watches:\n  \
+        profiler check --config /etc/profiler/profiler.toml"
+    )]
     Check(check::CheckArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(after_help = "Example: for bash, for the current user:\n  \
+        profiler completions bash > ~/.local/share/bash-completion/completions/profiler")]
     Completions(generate::CompletionsArgs),
     /// Write the man pages (profiler.1 and one per subcommand) into a directory.
     #[command(hide = true)]
