@@ -33,6 +33,20 @@ fn our_programs() -> Vec<String> {
         .collect()
 }
 
+/// Written bytes of a direct-IO workload: the size written, plus at most 1% (metadata).
+fn check_written(what: &str, rec: &Value, n: u64) {
+    let w = u(&rec["disk"]["write_bytes"]);
+    report(
+        &format!("sidecar: {what} disk write bytes"),
+        w as f64,
+        n as f64,
+    );
+    assert!(
+        w >= n && rel_err(w as f64, n as f64) <= 0.01,
+        "{what}: {rec}"
+    );
+}
+
 /// The sidecar's stdout (JSON records) and stderr, as `docker logs` gives them.
 fn logs(d: &Dockerd, name: &str) -> (String, String) {
     let out = d.docker(&["logs", name]);
@@ -209,16 +223,7 @@ fn image_runs_as_the_sidecar_with_exact_figures_and_stops_cleanly() {
     let id = d.docker_ok(&["inspect", "-f", "{{.Id}}", &work]);
     assert_eq!(rec["container"]["id"], id.trim(), "{rec}");
     assert_eq!(rec["container"]["runtime"], "docker", "{rec}");
-    let w = u(&rec["disk"]["write_bytes"]);
-    report(
-        "sidecar: container disk write bytes",
-        w as f64,
-        (16 * MIB) as f64,
-    );
-    assert!(
-        w >= 16 * MIB && rel_err(w as f64, (16 * MIB) as f64) <= 0.01,
-        "{rec}"
-    );
+    check_written("container", &rec, 16 * MIB);
 
     // A BuildKit build: its RUN step is an exec two levels down, named by its command.
     let ctx = scratch_dir("sidecar-build");
@@ -243,16 +248,7 @@ fn image_runs_as_the_sidecar_with_exact_figures_and_stops_cleanly() {
         r["container"]["command"] == cmd.as_str()
     });
     assert_eq!(rec["container"]["runtime"], "buildkit", "{rec}");
-    let w = u(&rec["disk"]["write_bytes"]);
-    report(
-        "sidecar: RUN step disk write bytes",
-        w as f64,
-        (8 * MIB) as f64,
-    );
-    assert!(
-        w >= 8 * MIB && rel_err(w as f64, (8 * MIB) as f64) <= 0.01,
-        "{rec}"
-    );
+    check_written("RUN step", &rec, 8 * MIB);
 
     // The collector has the container's series under its name.
     rotel.wait_for(secs(30), |p| {
