@@ -39,6 +39,13 @@ impl Hierarchy {
     /// Resolve what the user typed: an absolute directory on the v2 mount, or a path relative
     /// to the v2 root ("/build" and "build" both mean <mount>/build).
     pub fn resolve(&self, arg: &str) -> Result<PathBuf> {
+        if arg.trim().is_empty() {
+            bail!(
+                "the cgroup path is empty; pass a directory of the cgroup v2 hierarchy at {} \
+                 (its root itself is `/`)",
+                self.mount.display()
+            );
+        }
         let given = Path::new(arg);
         let candidate = if given.is_absolute() && (given.starts_with(&self.mount) || given.exists())
         {
@@ -208,6 +215,56 @@ pub fn create(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create cgroup {}", dir.display()))
 }
 
+/// `path` with `.` and `..` taken out by its text alone (nothing is looked up); None when a
+/// `..` would climb above the root.
+fn lexically_normal(path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() || out.as_os_str().is_empty() {
+                    return None;
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+impl Hierarchy {
+    /// Create the cgroup `dir` (and its missing parents), but only inside this v2 hierarchy:
+    /// `dir` is checked before anything is made, so that a path that climbs out (`..`) or
+    /// leads onto a v1 hierarchy or another file system leaves nothing behind.
+    pub fn create(&self, dir: &Path) -> Result<()> {
+        let outside = || {
+            anyhow::anyhow!(
+                "{} is not inside the cgroup v2 hierarchy at {}; pass a path below it",
+                dir.display(),
+                self.mount.display()
+            )
+        };
+        let normal = lexically_normal(dir).ok_or_else(outside)?;
+        if !normal.starts_with(&self.mount) || normal == self.mount {
+            return Err(outside());
+        }
+        // The deepest part that exists must be a v2 cgroup directory (not a v1 one, not a
+        // link out of the hierarchy).
+        let mut existing = normal.as_path();
+        while !existing.exists() {
+            existing = existing.parent().ok_or_else(outside)?;
+        }
+        let real = fs::canonicalize(existing)
+            .with_context(|| format!("cannot resolve {}", existing.display()))?;
+        if !real.starts_with(&self.mount) || fs_magic(&real)? != CGROUP2_SUPER_MAGIC {
+            return Err(outside());
+        }
+        create(&normal)
+    }
+}
+
 /// Kill every process in the cgroup subtree and remove it, children first. Waits up to
 /// `timeout` for the processes to die.
 pub fn kill_and_remove(dir: &Path, timeout: Duration) -> Result<()> {
@@ -284,6 +341,36 @@ fn remove_tree(dir: &Path, deadline: Instant) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn create_refuses_paths_outside_the_hierarchy_before_making_anything() {
+        assert_eq!(
+            lexically_normal(Path::new("/a/b/../c/./d")),
+            Some(PathBuf::from("/a/c/d"))
+        );
+        assert_eq!(lexically_normal(Path::new("/a/../..")), None);
+        // A directory that is no cgroup stands in for the mount: every path is refused, and
+        // none is created.
+        let tmp = std::env::temp_dir().join(format!("profiler-create-{}", std::process::id()));
+        fs::create_dir_all(&tmp).unwrap();
+        let h = Hierarchy { mount: tmp.clone() };
+        for p in [
+            tmp.join("../../../../tmp/escaped"),
+            tmp.join("x/../../y"),
+            tmp.clone(),
+            PathBuf::from("/tmp/elsewhere"),
+            tmp.join("not-a-cgroup/child"),
+        ] {
+            let e = h.create(&p).unwrap_err().to_string();
+            assert!(
+                e.contains("is not inside the cgroup v2 hierarchy"),
+                "{p:?}: {e}"
+            );
+        }
+        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0, "nothing made");
+        assert!(!Path::new("/tmp/escaped").exists());
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
     use super::*;
 
     #[test]

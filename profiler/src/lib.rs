@@ -19,6 +19,8 @@ pub mod host;
 pub mod kernel_layout;
 pub mod monitor;
 pub mod network;
+#[cfg(test)]
+mod outside_input;
 pub mod probes;
 pub mod record;
 pub mod render;

@@ -340,22 +340,29 @@ fn name(p: &ProcReport) -> String {
     }
 }
 
-/// Control characters (a newline, an escape sequence) from commands, names and CI values,
-/// made visible: raw, they would break a record's line or drive the terminal.
+/// Whether a character from a command, a name or a CI value must be shown escaped: a control
+/// character (a newline, an escape sequence) would break a record's line or drive the
+/// terminal, and a bidirectional formatting character (U+202E and friends) would make a step's
+/// name read in another order than its bytes.
+pub fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every character that [`needs_escape`] made visible (`\n`, `\u{1b}`, `\u{202e}`).
 pub fn printable(s: &str) -> String {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(needs_escape) {
         return s.to_owned();
     }
-    s.chars()
-        .flat_map(|c| {
-            let esc: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            esc
-        })
-        .collect()
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -402,6 +409,12 @@ mod tests {
     fn control_characters_are_shown_escaped() {
         assert_eq!(printable("make -j2"), "make -j2");
         assert_eq!(printable("a\nb\x1b[2Jc"), "a\\nb\\u{1b}[2Jc");
+        // A right-to-left override would make "make evil\u{202e}txt.exe" read otherwise.
+        assert_eq!(
+            printable("step\u{202e}1cod\u{2066}x\u{2069}"),
+            "step\\u{202e}1cod\\u{2066}x\\u{2069}"
+        );
+        assert_eq!(printable("naïve ünïcode ✓"), "naïve ünïcode ✓");
         let r = ExecReport {
             exec: "x".into(),
             command: Some("sh -c 'echo a\necho b'".into()),

@@ -289,7 +289,10 @@ fn timeline(s: &mut String, build: &Build) {
             AXIS_H - 10.0,
             esc(&tick_label(t, step))
         );
-        t += step;
+        let Some(next) = t.checked_add(step) else {
+            break;
+        };
+        t = next;
     }
     s.push_str("</g>\n");
     for (i, r) in build.records.iter().enumerate() {
@@ -675,7 +678,11 @@ fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
         );
     }
     row(s, "task_time", "task time", parts);
-    let stall = r.cpu.swapin_ns + r.cpu.reclaim_ns + r.cpu.thrashing_ns;
+    let stall = r
+        .cpu
+        .swapin_ns
+        .saturating_add(r.cpu.reclaim_ns)
+        .saturating_add(r.cpu.thrashing_ns);
     if stall > 0 {
         row(s, "memory_stall", "memory stall", dur(stall));
     }

@@ -9,7 +9,7 @@ pub mod summary;
 use std::{
     collections::{BTreeMap, HashMap},
     fs,
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Read as _},
     ops::AddAssign,
     path::Path,
 };
@@ -271,7 +271,26 @@ impl Record {
     pub fn breakdown(&self) -> Breakdown {
         Breakdown::of(&self.cpu)
     }
+
+    /// Whether the record can be pictured: an end not before its start, within a year of it.
+    /// (The figures' sums saturate; the timeline's axis needs a sane span.)
+    fn check(&self) -> Result<(), String> {
+        const YEAR_NS: u64 = 366 * 24 * 3600 * 1_000_000_000;
+        if self.end_unix_ns < self.start_unix_ns {
+            return Err(format!(
+                "ends ({}) before it starts ({})",
+                self.end_unix_ns, self.start_unix_ns
+            ));
+        }
+        if self.end_unix_ns - self.start_unix_ns > YEAR_NS {
+            return Err("lasts more than a year".into());
+        }
+        Ok(())
+    }
 }
+
+/// The longest line `report` reads (a record with thousands of processes is a few MiB).
+const MAX_LINE: usize = 64 << 20;
 
 /// Where an exec's task time went: `on_cpu + runq + iowait + other - overlap == task`, and at
 /// most one of `other` and `overlap` is non-zero.
@@ -322,18 +341,19 @@ impl Breakdown {
 
     /// What the parts add up to: task time, plus the overlap.
     pub fn parts_total(&self) -> u64 {
-        self.task_ns + self.overlap_ns
+        self.task_ns.saturating_add(self.overlap_ns)
     }
 }
 
 impl AddAssign for Breakdown {
+    // Saturating: a recording's figures are outside input.
     fn add_assign(&mut self, o: Self) {
-        self.task_ns += o.task_ns;
-        self.on_cpu_ns += o.on_cpu_ns;
-        self.runq_ns += o.runq_ns;
-        self.iowait_ns += o.iowait_ns;
-        self.other_ns += o.other_ns;
-        self.overlap_ns += o.overlap_ns;
+        self.task_ns = self.task_ns.saturating_add(o.task_ns);
+        self.on_cpu_ns = self.on_cpu_ns.saturating_add(o.on_cpu_ns);
+        self.runq_ns = self.runq_ns.saturating_add(o.runq_ns);
+        self.iowait_ns = self.iowait_ns.saturating_add(o.iowait_ns);
+        self.other_ns = self.other_ns.saturating_add(o.other_ns);
+        self.overlap_ns = self.overlap_ns.saturating_add(o.overlap_ns);
     }
 }
 
@@ -349,19 +369,38 @@ impl Build {
     /// Read JSON lines. For each exec (cgroup id) its "ended" record is kept, else its last
     /// "running" one. Blank lines are skipped; anything else that is not a record is an error
     /// naming its line.
-    pub fn read(input: impl BufRead, name: &str) -> Result<Self> {
+    pub fn read(mut input: impl BufRead, name: &str) -> Result<Self> {
         let mut records: Vec<Record> = Vec::new();
         let mut by_id: HashMap<u64, usize> = HashMap::new();
         let mut superseded = 0;
-        for (i, line) in input.lines().enumerate() {
-            let n = i + 1;
-            let line = line.with_context(|| format!("cannot read {name} line {n}"))?;
+        let mut buf = Vec::new();
+        for n in 1.. {
+            buf.clear();
+            // Bounded: a file that is no JSON lines (/dev/zero) must not take all memory.
+            let got = (&mut input)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut buf)
+                .with_context(|| format!("cannot read {name} line {n}"))?;
+            if got == 0 {
+                break;
+            }
+            if buf.len() > MAX_LINE {
+                bail!(
+                    "{name} line {n} is longer than {} MiB: not an exec record",
+                    MAX_LINE >> 20
+                );
+            }
+            let line = String::from_utf8_lossy(&buf);
             if line.trim().is_empty() {
                 continue;
             }
             let r: Record = serde_json::from_str(&line).map_err(|e| {
                 anyhow::anyhow!("{name} line {n}: not an exec record: {}", json_error(&e))
             })?;
+            if let Err(why) = r.check() {
+                eprintln!("profiler: warning: {name} line {n}: skipped: {why}");
+                continue;
+            }
             match by_id.get(&r.cgroup_id) {
                 None => {
                     by_id.insert(r.cgroup_id, records.len());
@@ -445,7 +484,7 @@ pub fn run(input: &str, html_out: &Path, top: usize) -> Result<()> {
     };
     let page = html::render(&build, name);
     fs::write(html_out, page).with_context(|| format!("cannot write {}", html_out.display()))?;
-    print!("{}", summary::render(&build, top));
+    crate::cli::write_stdout(summary::render(&build, top).as_bytes())?;
     eprintln!(
         "profiler: wrote {} ({} execs)",
         html_out.display(),
@@ -577,6 +616,48 @@ pub(crate) mod tests {
 
     fn read(text: &str) -> Result<Build> {
         Build::read(text.as_bytes(), "t.jsonl")
+    }
+
+    #[test]
+    fn records_that_make_no_sense_are_skipped_and_huge_figures_saturate() {
+        let good = line("a", 1, "ended", 0, 100, &cpu(1, 0, 0, 2));
+        let backwards = line("b", 2, "ended", 5, 100, &cpu(1, 0, 0, 2)).replacen(
+            r#""end_unix_ns":"#,
+            r#""end_unix_ns":1,"x":"#,
+            1,
+        );
+        let endless = line("c", 3, "ended", 0, 100, &cpu(1, 0, 0, 2)).replacen(
+            r#""end_unix_ns":"#,
+            &format!(r#""end_unix_ns":{},"x":"#, u64::MAX),
+            1,
+        );
+        let max = u64::MAX;
+        let huge = line("d", 4, "ended", 1, 100, &cpu(max, max, max, max));
+        let huge2 = line("e", 5, "ended", 2, 100, &cpu(max, max, max, max));
+        let b = read(&[good, backwards, endless, huge, huge2].join("\n")).unwrap();
+        let kept: Vec<&str> = b.records.iter().map(|r| r.exec.as_str()).collect();
+        assert_eq!(kept, ["a", "d", "e"]);
+        let t = b.total();
+        assert_eq!(
+            (t.task_ns, t.on_cpu_ns),
+            (u64::MAX, u64::MAX),
+            "saturated, not wrapped"
+        );
+        // The page and the summary are made, whatever the figures.
+        let page = html::render(&b, "t.jsonl");
+        assert!(page.contains("</svg>"));
+        let text = summary::render(&b, 3);
+        assert!(text.contains("where the time went"), "{text}");
+    }
+
+    #[test]
+    fn an_endless_line_is_an_error_not_a_memory_hog() {
+        let zeros = std::io::repeat(0).take(MAX_LINE as u64 + 10);
+        let e = Build::read(std::io::BufReader::new(zeros), "/dev/zero").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/dev/zero line 1 is longer than 64 MiB: not an exec record"
+        );
     }
 
     /// `line` with more fields (JSON members, comma-separated) after the cgroup id.

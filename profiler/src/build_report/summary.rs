@@ -102,8 +102,13 @@ pub fn render(build: &Build, top: usize) -> String {
     let stall: u64 = build
         .records
         .iter()
-        .map(|r| r.cpu.swapin_ns + r.cpu.reclaim_ns + r.cpu.thrashing_ns)
-        .sum();
+        .map(|r| {
+            r.cpu
+                .swapin_ns
+                .saturating_add(r.cpu.reclaim_ns)
+                .saturating_add(r.cpu.thrashing_ns)
+        })
+        .fold(0, u64::saturating_add);
     let _ = writeln!(
         s,
         "  memory stalls {} (swap-in, reclaim, thrashing; they overlap the parts above)",
@@ -120,7 +125,7 @@ pub fn render(build: &Build, top: usize) -> String {
         if ranked.is_empty() {
             continue;
         }
-        let total: u64 = ranked.iter().map(|(v, _)| v).sum();
+        let total: u64 = ranked.iter().map(|(v, _)| *v).fold(0, u64::saturating_add);
         ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.exec.cmp(&b.1.exec)));
         let _ = writeln!(s, "\ntop execs by {title}:");
         for (v, r) in ranked.iter().take(top.max(1)) {
@@ -142,17 +147,7 @@ pub fn render(build: &Build, top: usize) -> String {
 /// and its cgroup path in brackets when that is not the name; on one line whatever the
 /// record holds (control characters escaped).
 fn who(r: &Record) -> String {
-    let printable = |s: &str| {
-        let mut out = String::new();
-        for c in s.chars() {
-            if c.is_control() {
-                out.extend(c.escape_default());
-            } else {
-                out.push(c);
-            }
-        }
-        out
-    };
+    let printable = crate::render::printable;
     match r.name() {
         (path, NamedBy::Path) => printable(path),
         (name, _) => {

@@ -24,18 +24,20 @@ pub struct CommonArgs {
     /// Kernel BTF to read struct layouts and attach points from.
     #[arg(long, default_value = DEFAULT_BTF, value_name = "FILE")]
     pub btf: String,
-    /// Most execs followed at once.
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Most execs followed at once, up to 65536 (each takes 1.75 KiB of kernel memory: two
+    /// 896-byte slots of the exec table).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub max_execs: u32,
-    /// Most cgroups (execs and their descendants) followed at once.
-    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Most cgroups (execs and their descendants) followed at once, up to 1048576 (32 bytes of
+    /// kernel memory each).
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_cgroups: u32,
     /// How long to wait for an ended exec's last tasks to be collected before reporting it.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub grace: Duration,
     /// How often the cgroup files (pressure, cpu.stat, io.stat, memory.*, pids.*) of running
     /// execs are read.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_period)]
     pub sample_interval: Duration,
     /// Print the run count and mean run time of each eBPF program on exit
     /// (enables the kernel's BPF statistics while running).
@@ -82,7 +84,7 @@ pub struct AttachArgs {
     #[arg(long)]
     pub live: bool,
     /// Refresh interval of --live.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_period)]
     pub interval: Duration,
     #[command(flatten)]
     pub common: CommonArgs,
@@ -97,6 +99,10 @@ pub struct RunArgs {
     /// Name of the fresh cgroup (default: run-<profiler pid>).
     #[arg(long)]
     pub name: Option<String>,
+    /// After SIGTERM or SIGINT, how long the command has to end before its cgroup is killed
+    /// (a second signal kills at once).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub kill_after: Duration,
     #[command(flatten)]
     pub common: CommonArgs,
     /// The command and its arguments.
@@ -162,7 +168,11 @@ impl RuntimeArgs {
     }
 }
 
-/// "250ms", "2s", "1.5s", "1m" or a plain number of seconds.
+/// The longest duration any flag or variable takes: longer ones are surely a mistake, and
+/// would overflow the clocks they are added to.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// "250ms", "2s", "1.5s", "1m" or a plain number of seconds, from 0 to [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
@@ -181,7 +191,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(secs.is_finite() && secs >= 0.0) {
         return Err(format!("invalid duration {s:?}"));
     }
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(format!("duration {s:?} is longer than 24 hours"));
+    }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// A duration above zero (a period, a timeout), up to [`MAX_DURATION`].
+pub fn parse_period(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("duration {s:?} must be above zero")),
+        d => Ok(d),
+    }
 }
 
 #[cfg(test)]
@@ -197,5 +218,20 @@ mod tests {
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("3h").is_err());
         assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse_duration("24m").unwrap(), Duration::from_secs(1440));
+        // Far beyond any clock: refused at parse time, not a panic.
+        for huge in [
+            "99999999999999999999999",
+            "1e19",
+            "1e19s",
+            "inf",
+            "NaN",
+            "1441m",
+        ] {
+            assert!(parse_duration(huge).is_err(), "{huge}");
+        }
+        assert!(parse_period("0s").is_err());
+        assert_eq!(parse_period("1ms").unwrap(), Duration::from_millis(1));
     }
 }

@@ -1,6 +1,6 @@
 //! `profiler attach`: watch a cgroup subtree (or a container runtime's) until interrupted.
 
-use std::{io::Write as _, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 use tokio::{
@@ -10,9 +10,10 @@ use tokio::{
 
 use super::{
     AttachArgs, Output, emit, enable_bpf_stats, options, print_costs, start_exporters, watch,
+    write_stdout,
 };
 use crate::{
-    cgroup::{self, Hierarchy},
+    cgroup::Hierarchy,
     ci::CiEnv,
     monitor::Monitor,
     render::live_table,
@@ -33,7 +34,7 @@ fn attach_dir(h: &Hierarchy, args: &AttachArgs, connected: Option<&Connected>) -
                         c.cgroup_parent.display()
                     );
                 }
-                cgroup::create(&c.cgroup_parent)?;
+                h.create(&c.cgroup_parent)?;
                 eprintln!(
                     "profiler: created {} (the runtime makes it at its first container)",
                     c.cgroup_parent.display()
@@ -70,6 +71,13 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
         args.exec_depth,
         mon.exec_ids().len()
     );
+    if dir == h.mount {
+        // `--cgroup .` or `/`: said plainly, since every top-level cgroup is then an exec.
+        eprintln!(
+            "profiler: note: watching the root of the cgroup v2 hierarchy: each top-level cgroup \
+             (system.slice, user.slice, ...) is an exec"
+        );
+    }
     for n in mon.notices() {
         eprintln!("profiler: note: {n}");
     }
@@ -85,14 +93,34 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     sample_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let output = args.common.output;
     let mut recent: Vec<String> = Vec::new();
+    // Why stdout could not be written, when it could not: attach stops then.
+    let mut out_err: Option<anyhow::Error> = None;
+    // Why attach stopped by itself, when it did.
+    let mut stop_err: Option<anyhow::Error> = None;
     loop {
         let ended = tokio::select! {
             g = ring.readable() => {
                 if let Ok(mut g) = g { g.clear_ready(); }
                 mon.poll()
             }
-            _ = tick.tick() => mon.poll(),
+            _ = tick.tick() => {
+                // A pipe whose reader has gone (`| head -n1`) says so before the next write.
+                if stdout_reader_gone() {
+                    out_err = Some(super::StdoutGone.into());
+                    break;
+                }
+                mon.poll()
+            }
             _ = sweep_tick.tick() => {
+                // Gone, nothing more can be seen there (a cgroup made again at the same path is
+                // another one): report what ended and stop, not run on blind.
+                if !dir.exists() {
+                    stop_err = Some(anyhow::anyhow!(
+                        "the watched cgroup {} was removed; attach again once it exists",
+                        dir.display()
+                    ));
+                    break;
+                }
                 mon.sweep();
                 mon.poll()
             }
@@ -116,7 +144,7 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
             }
             _ = live_tick.tick(), if args.live => {
                 let rows = mon.live()?;
-                match output {
+                let shown = match output {
                     Output::Text => {
                         let mut s = String::from("\x1b[H\x1b[2J");
                         s.push_str(&live_table(&rows));
@@ -124,10 +152,13 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
                             s.push_str("\nrecently ended:\n");
                             for l in &recent { s.push_str(l); s.push('\n'); }
                         }
-                        print!("{s}");
-                        let _ = std::io::stdout().flush();
+                        write_stdout(s.as_bytes())
                     }
                     Output::Json => emit(&rows, output),
+                };
+                if let Err(e) = shown {
+                    out_err = Some(e);
+                    break;
                 }
                 Vec::new()
             }
@@ -143,12 +174,18 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
             }
             let n = recent.len().saturating_sub(10);
             recent.drain(..n);
-        } else {
-            emit(&ended, output);
+        } else if let Err(e) = emit(&ended, output) {
+            // No reader (`| head`) or no room: stop, but flush the exporters first.
+            out_err = Some(e);
+            break;
         }
     }
     let last = mon.shutdown()?;
-    emit(&last, output);
+    if out_err.is_none()
+        && let Err(e) = emit(&last, output)
+    {
+        out_err = Some(e);
+    }
     if let Some(x) = exporters {
         // Running execs' figures so far are their last ones from this profiler.
         x.ended(&last);
@@ -157,5 +194,17 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     if args.common.bpf_stats {
         print_costs(&mon);
     }
-    Ok(0)
+    out_err.or(stop_err).map_or(Ok(0), Err)
+}
+
+/// Whether stdout is a pipe whose reader has closed it (poll reports POLLERR on the write end).
+fn stdout_reader_gone() -> bool {
+    let mut fd = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut fd, 1, 0) };
+    n == 1 && fd.revents & libc::POLLERR != 0
 }

@@ -141,6 +141,12 @@ fn flags_from(file: &str, text: &str, sub: &str) -> Result<Vec<OsString>, String
     Ok(flags)
 }
 
+/// [`flags_from`] for the property tests.
+#[cfg(test)]
+pub(crate) fn flags_for_test(text: &str) -> Result<Vec<OsString>, String> {
+    flags_from("t.toml", text, OPTIONS_OF)
+}
+
 /// A key's value as the strings its flag would take, or what the key wants instead.
 fn scalars(v: &DeValue<'_>, action: &ArgAction) -> Result<Vec<String>, &'static str> {
     let one = |v: &DeValue<'_>| match v {

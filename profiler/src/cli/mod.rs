@@ -20,6 +20,8 @@ use clap::{Parser, Subcommand};
 use tokio::io::{Interest, unix::AsyncFd};
 
 pub use self::args::*;
+#[cfg(test)]
+pub(crate) use self::otlp::{check_endpoint, parse_headers};
 use crate::{
     ci::CiEnv,
     export::{Exporters, metrics::ExecAttributes},
@@ -93,6 +95,7 @@ pub async fn run_cli(cli: Cli) -> i32 {
     };
     match result {
         Ok(code) => code,
+        Err(e) if e.is::<StdoutGone>() => 0,
         Err(e) => {
             let code = e.downcast_ref::<SpawnError>().map(|s| s.code).unwrap_or(1);
             eprintln!("profiler: error: {}", one_line(&e));
@@ -153,27 +156,42 @@ pub(crate) unsafe fn watch(fd: RawFd) -> Result<AsyncFd<Fd>> {
     w.map_err(|e| anyhow::anyhow!("cannot poll a descriptor: {e}"))
 }
 
-/// Write to stdout; a reader that has gone (EPIPE: `| head`) is not an error.
-pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(anyhow::anyhow!("cannot write to stdout: {e}"))
-        }
-        _ => Ok(()),
+/// stdout's reader went away (EPIPE: `| head`): the command ends quietly, as coreutils do.
+#[derive(Debug)]
+pub(crate) struct StdoutGone;
+
+impl std::fmt::Display for StdoutGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed")
     }
 }
 
-pub(crate) fn emit(reports: &[ExecReport], output: Output) {
+impl std::error::Error for StdoutGone {}
+
+/// Write to stdout: a reader that has gone is [`StdoutGone`], any other failure (ENOSPC) an
+/// error that says so.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
     let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutGone.into()),
+        Err(e) => Err(anyhow::anyhow!("cannot write to stdout: {e}")),
+    }
+}
+
+pub(crate) fn emit(reports: &[ExecReport], output: Output) -> Result<()> {
+    if reports.is_empty() {
+        return Ok(());
+    }
+    let mut text = String::new();
     for r in reports {
-        let line = match output {
+        text.push_str(&match output {
             Output::Text => r.line(),
             Output::Json => r.json(),
-        };
-        let _ = writeln!(out, "{line}");
+        });
+        text.push('\n');
     }
-    let _ = out.flush();
+    write_stdout(text.as_bytes())
 }
 
 /// The configured exporters, checked before anything is attached.

@@ -6,7 +6,7 @@ use std::{env, fs, path::PathBuf, time::Duration};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
-use super::parse_duration;
+use super::{MAX_DURATION, parse_period};
 use crate::export::{OtlpConfig, Protocol, SpansConfig, TlsFiles, Transport, reqwest_identity};
 
 /// OTLP flags; each overrides its standard environment variable.
@@ -27,10 +27,10 @@ pub struct OtlpFlags {
     pub otlp_headers: Option<String>,
     /// Timeout of one export [env: OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
     /// OTEL_EXPORTER_OTLP_TIMEOUT in ms; default 10s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_period)]
     pub otlp_timeout: Option<Duration>,
     /// Interval between exports [env: OTEL_METRIC_EXPORT_INTERVAL in ms; default 60s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_period)]
     pub export_interval: Option<Duration>,
     /// cumulative or delta [env: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE; default
     /// cumulative]. The disk latency histogram is always a delta: each exec's is sent once,
@@ -67,10 +67,19 @@ fn var(names: &[&str]) -> Option<(String, String)> {
     })
 }
 
+/// A variable's number of milliseconds, at most [`MAX_DURATION`] (as the flags).
 fn millis(name: &str, v: &str) -> Result<Duration> {
-    v.parse::<u64>()
+    let d = v
+        .parse::<u64>()
         .map(Duration::from_millis)
-        .map_err(|_| anyhow!("{name}={v:?} is not a number of milliseconds"))
+        .map_err(|_| anyhow!("{name}={v:?} is not a number of milliseconds"))?;
+    if d > MAX_DURATION {
+        bail!(
+            "{name}={v}: longer than 24 hours ({} ms)",
+            MAX_DURATION.as_millis()
+        );
+    }
+    Ok(d)
 }
 
 /// Parse `key=value,key2=value2` (values percent-decoded, as the OTLP spec says).
@@ -114,24 +123,20 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Check an endpoint URL: http or https, a host, an optional port.
-fn check_endpoint(what: &str, url: &str) -> Result<()> {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| anyhow!("{what} {url:?} must start with http:// or https://"))?;
-    let authority = rest.split('/').next().unwrap_or("");
-    let host = match authority.rsplit_once(':') {
-        Some((h, port)) if !h.ends_with(']') || authority.starts_with('[') => {
-            if !port.is_empty() && port.parse::<u16>().is_err() && !h.starts_with('[') {
-                bail!("{what} {url:?} has a bad port {port:?}");
-            }
-            h
-        }
-        _ => authority,
-    };
-    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '@') {
+/// Check an endpoint URL fully before anything is attached (the WHATWG URL parser that reqwest
+/// sends with): http or https, a valid host (IPv6 in brackets), a port in range, no
+/// credentials in the URL (they belong in headers).
+pub(crate) fn check_endpoint(what: &str, url: &str) -> Result<()> {
+    let u =
+        reqwest::Url::parse(url).map_err(|e| anyhow!("{what} {url:?} is not a valid URL: {e}"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        bail!("{what} {url:?} must start with http:// or https://");
+    }
+    if u.host_str().is_none_or(str::is_empty) {
         bail!("{what} {url:?} has no valid host");
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        bail!("{what} {url:?} has credentials in it: pass them as a header (--otlp-headers)");
     }
     Ok(())
 }
@@ -336,6 +341,33 @@ mod tests {
 
     /// Each signal takes its own variables first: the metrics' credentials never go to the
     /// traces endpoint. (The only test here that sets these variables.)
+    #[test]
+    fn endpoints_are_checked_whole() {
+        for ok in [
+            "http://collector:4318",
+            "https://otel.example:443/base",
+            "http://[::1]:4318",
+            "http://127.0.0.1",
+        ] {
+            check_endpoint("--otlp-endpoint", ok).unwrap();
+        }
+        for bad in [
+            "http://[::1]:99999",
+            "http://[zz]",
+            "http://host:port",
+            "ftp://collector",
+            "collector:4318",
+            "http://",
+            "http://user:secret@collector:4318",
+            "http:// spaced:4318",
+        ] {
+            let e = check_endpoint("--otlp-endpoint", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("--otlp-endpoint {bad:?}")), "{e}");
+        }
+    }
+
     #[test]
     fn signals_take_their_own_settings() {
         let vars = [

@@ -39,7 +39,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         h.mount.join(args.parent.trim_start_matches('/'))
     };
     if !parent.exists() {
-        cgroup::create(&parent)?;
+        h.create(&parent)?;
     }
     let parent = h.resolve(parent.to_str().context("non-UTF-8 parent path")?)?;
     let name = args
@@ -56,7 +56,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
             dir.display()
         );
     }
-    cgroup::create(&dir)?;
+    h.create(&dir)?;
     let guard = CgroupGuard(dir.clone());
     let _stats = enable_bpf_stats(args.common.bpf_stats)?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -75,18 +75,45 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     let exited = unsafe { watch(child.pidfd.as_raw_fd())? };
     let mut tick = interval(Duration::from_millis(100));
     let mut sample_tick = interval(args.common.sample_interval.max(Duration::from_millis(10)));
+    // After a stop request, the command has --kill-after to end before its cgroup is killed
+    // (as `timeout -k` and `docker stop` do); a second request kills at once.
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut killed = false;
     loop {
-        tokio::select! {
+        let stop_request = tokio::select! {
             _ = exited.readable() => break,
-            _ = tick.tick() => { mon.poll(); }
-            _ = sample_tick.tick() => mon.sample_files(),
+            _ = tick.tick() => { mon.poll(); false }
+            _ = sample_tick.tick() => { mon.sample_files(); false }
             // The terminal sends SIGINT to the whole foreground group, the command included.
-            _ = sigint.recv() => {}
+            _ = sigint.recv() => true,
             _ = sigterm.recv() => {
                 // SAFETY: signal our own child.
                 unsafe { libc::kill(child.pid, libc::SIGTERM) };
+                true
             }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)),
+                if kill_at.is_some() && !killed => {
+                cgroup::kill_all(&dir, Duration::from_secs(5))?;
+                killed = true;
+                false
+            }
+        };
+        if stop_request {
+            kill_at = match kill_at {
+                None => Some(tokio::time::Instant::now() + args.kill_after),
+                Some(_) => Some(tokio::time::Instant::now()),
+            };
         }
+    }
+    if killed {
+        mon.note(
+            exec_id,
+            &format!(
+                "the command was still running {:?} after it was asked to stop: its cgroup was \
+                 killed",
+                args.kill_after
+            ),
+        );
     }
     let (code, status) = wait_exit_code(child.pid)?;
     if cgroup::populated(&dir) {
@@ -113,7 +140,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
     }
     match args.common.output {
         Output::Text => eprint!("{}", report.detailed(&args.command.join(" "), &status)),
-        Output::Json => emit(&[report], Output::Json),
+        // The command's exit code is the answer, whether or not stdout's reader stayed.
+        Output::Json => match emit(&[report], Output::Json) {
+            Err(e) if !e.is::<super::StdoutGone>() => return Err(e),
+            _ => {}
+        },
     }
     if args.common.bpf_stats {
         print_costs(&mon);

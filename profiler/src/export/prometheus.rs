@@ -110,10 +110,25 @@ fn label_name(k: &str) -> String {
     }
 }
 
+/// A label value in the text format: `\\`, `"` and newline escaped as the format says; other
+/// control and bidirectional characters (ESC, BEL, CR, U+202E) shown as their escapes, as in
+/// the records, so that a scrape's text cannot drive a terminal or reorder a name.
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c if crate::render::needs_escape(c) => {
+                // `\u{1b}`, its backslash escaped for the format.
+                out.push('\\');
+                out.extend(c.escape_default());
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn labels<'a>(
@@ -214,6 +229,14 @@ pub fn render(series: &[Arc<ExecSeries>], target: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn label_values_escape_controls_and_bidi() {
+        assert_eq!(escape("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+        assert_eq!(escape("\x1b[31m\x07\r"), "\\\\u{1b}[31m\\\\u{7}\\\\r");
+        assert_eq!(escape("x\u{202e}y"), "x\\\\u{202e}y");
+        assert_eq!(escape("plain ünï"), "plain ünï");
+    }
+
     use super::*;
     use crate::export::metrics::{Hist, M, Point};
 

@@ -96,7 +96,7 @@ fn cause(e: &reqwest::Error) -> String {
     src.to_string()
 }
 
-fn parse_info(v: &Value) -> Result<Info> {
+pub(super) fn parse_info(v: &Value) -> Result<Info> {
     let driver = v["CgroupDriver"].as_str().unwrap_or("cgroupfs").to_owned();
     let root = v["DockerRootDir"]
         .as_str()
@@ -107,7 +107,7 @@ fn parse_info(v: &Value) -> Result<Info> {
     })
 }
 
-fn parse_container(v: &Value, id: &str) -> ContainerInfo {
+pub(super) fn parse_container(v: &Value, id: &str) -> ContainerInfo {
     let mut argv: Vec<String> = Vec::new();
     if let Some(p) = v["Path"].as_str() {
         argv.push(p.to_owned());

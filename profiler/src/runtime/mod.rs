@@ -637,6 +637,77 @@ fn detect() -> Sources {
     Sources { list, named: None }
 }
 
+/// Metadata read from runtimes is outside input: any JSON, of any shape, is read without a
+/// panic (property tests; a failing input is kept in proptest-regressions/).
+#[cfg(test)]
+mod outside_input {
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            ".{0,40}".prop_map(Value::String),
+            // The keys the readers look for, with odd values.
+            prop_oneof![
+                Just("io.kubernetes.cri.sandbox-name"),
+                Just("io.kubernetes.pod.namespace"),
+                Just("Labels"),
+                Just("args"),
+            ]
+            .prop_map(|s| Value::String(s.to_owned())),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("process".to_owned()),
+                        Just("args".to_owned()),
+                        Just("annotations".to_owned()),
+                        Just("linux".to_owned()),
+                        Just("cgroupsPath".to_owned()),
+                        Just("Config".to_owned()),
+                        Just("Labels".to_owned()),
+                        Just("Name".to_owned()),
+                        Just("Image".to_owned()),
+                        Just("names".to_owned()),
+                        Just("metadata".to_owned()),
+                        Just("CgroupDriver".to_owned()),
+                        Just("DockerRootDir".to_owned()),
+                        ".{0,12}",
+                    ],
+                    inner,
+                    0..8
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_json_is_read_without_panic(v in json(), id in ".{0,70}") {
+            let _ = super::docker::parse_info(&v);
+            let _ = super::docker::parse_container(&v, &id);
+            let _ = super::podman::from_storage_entry(&v, &id);
+            let b = super::oci::Bundle::from_spec(&v);
+            let _ = b.containerd_info(&id);
+            let _ = b.in_cgroup(&id);
+        }
+
+        #[test]
+        fn any_containers_conf_is_read_without_panic(text in "(\\[[a-z_]{0,8}\\]|[a-z_]{0,10} ?= ?\"?[^\n]{0,20}|#[^\n]{0,10}|\n){0,12}") {
+            let _ = super::podman::toml_key(&text, "engine", "cgroup_manager");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

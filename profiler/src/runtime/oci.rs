@@ -24,7 +24,7 @@ impl Bundle {
         Ok(Self::from_spec(&v))
     }
 
-    fn from_spec(v: &Value) -> Self {
+    pub(super) fn from_spec(v: &Value) -> Self {
         let args = v["process"]["args"]
             .as_array()
             .map(|a| {

@@ -28,7 +28,7 @@ pub struct Storage {
 }
 
 /// A string key of a TOML table, e.g. ("storage", "graphroot").
-fn toml_key(text: &str, table: &str, key: &str) -> Option<String> {
+pub(super) fn toml_key(text: &str, table: &str, key: &str) -> Option<String> {
     let v: toml::Table = text.parse().ok()?;
     v.get(table)?.get(key)?.as_str().map(str::to_owned)
 }
@@ -120,7 +120,7 @@ impl Storage {
 }
 
 /// containers.json entry: names[], and `metadata`, a JSON string with image-name and name.
-fn from_storage_entry(c: &Value, id: &str) -> ContainerInfo {
+pub(super) fn from_storage_entry(c: &Value, id: &str) -> ContainerInfo {
     let meta: Value = c["metadata"]
         .as_str()
         .and_then(|m| serde_json::from_str(m).ok())
