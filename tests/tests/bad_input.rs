@@ -232,11 +232,9 @@ fn report_survives_records_that_make_no_sense_and_closed_or_full_outputs() {
     let _ = fs::remove_dir_all(input.parent().unwrap());
 }
 
-#[test]
-fn attach_stops_when_its_reader_goes_or_its_cgroup_is_removed() {
-    require_root();
-    // `attach | head -n1`: the reader takes one line and goes; attach stops by itself.
-    let cg = TestCgroup::new("closedout");
+/// `attach --output json` on `cg` with stdout and stderr piped, once it has attached; its
+/// stderr's reader.
+fn attach_piped(cg: &TestCgroup) -> (std::process::Child, BufReader<std::process::ChildStderr>) {
     let mut child = Command::new(profiler_bin())
         .args(["attach", "--output", "json", "--cgroup", &cg.arg()])
         .stdout(Stdio::piped())
@@ -249,6 +247,16 @@ fn attach_stops_when_its_reader_goes_or_its_cgroup_is_removed() {
         line.clear();
         assert!(err.read_line(&mut line).unwrap() > 0, "no attach");
     }
+    (child, err)
+}
+
+#[test]
+fn attach_stops_when_its_reader_goes_or_its_cgroup_is_removed() {
+    require_root();
+    // `attach | head -n1`: the reader takes one line and goes; attach stops by itself.
+    let cg = TestCgroup::new("closedout");
+    // Its stderr stays open (held) while the test reads its stdout.
+    let (mut child, _err) = attach_piped(&cg);
     let out = child.stdout.take().unwrap();
     let one = cg.child("one");
     run_in(&one, &["true"]);
@@ -265,18 +273,7 @@ fn attach_stops_when_its_reader_goes_or_its_cgroup_is_removed() {
 
     // The watched cgroup removed: what ended is reported, then one line and exit 1.
     let cg = TestCgroup::new("removedroot");
-    let mut child = Command::new(profiler_bin())
-        .args(["attach", "--output", "json", "--cgroup", &cg.arg()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("profiler: attached") {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "no attach");
-    }
+    let (mut child, mut err) = attach_piped(&cg);
     run_in(&cg.child("last"), &["true"]);
     remove_tree(&cg.path);
     let status = wait_for(&mut child, secs(15)).unwrap_or_else(|| {
