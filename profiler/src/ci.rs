@@ -34,6 +34,22 @@ struct System {
     task_run_url: &'static [&'static str],
 }
 
+impl System {
+    /// The variables each figure of the system's context may come from.
+    fn variables(&self) -> [&'static [&'static str]; 8] {
+        [
+            self.pipeline_name,
+            self.pipeline_run_id,
+            self.task_name,
+            self.task_run_id,
+            self.worker_id,
+            self.worker_name,
+            self.pipeline_run_url,
+            self.task_run_url,
+        ]
+    }
+}
+
 const SYSTEMS: &[System] = &[
     System {
         name: "github_actions",
@@ -186,21 +202,10 @@ impl CiEnv {
 
     fn wanted(&self, name: &[u8]) -> bool {
         let known = |n: &&str| n.as_bytes() == name;
-        SYSTEMS.iter().any(|s| {
-            known(&s.marker)
-                || [
-                    s.pipeline_name,
-                    s.pipeline_run_id,
-                    s.task_name,
-                    s.task_run_id,
-                    s.worker_id,
-                    s.worker_name,
-                    s.pipeline_run_url,
-                    s.task_run_url,
-                ]
-                .iter()
-                .any(|l| l.iter().any(known))
-        }) || URL_PARTS.iter().any(known)
+        SYSTEMS
+            .iter()
+            .any(|s| known(&s.marker) || s.variables().iter().any(|l| l.iter().any(known)))
+            || URL_PARTS.iter().any(known)
             || name == TRACEPARENT.as_bytes()
             || name == TRACESTATE.as_bytes()
             || self.extra.iter().any(|n| n.as_bytes() == name)
@@ -320,17 +325,13 @@ pub(crate) fn every_context(extra: &str) -> Vec<CiContext> {
                 env.extend_from_slice(format!("{name}={value}").as_bytes());
                 env.push(0);
             };
-            let lists = [
-                s.pipeline_name,
-                s.pipeline_run_id,
-                s.task_name,
-                s.task_run_id,
-                s.worker_id,
-                s.worker_name,
-                s.pipeline_run_url,
-                s.task_run_url,
-            ];
-            for name in lists.concat().iter().chain(URL_PARTS).chain([&s.marker]) {
+            for name in s
+                .variables()
+                .concat()
+                .iter()
+                .chain(URL_PARTS)
+                .chain([&s.marker])
+            {
                 set(name, "1");
             }
             set(
