@@ -112,6 +112,9 @@ pub struct ExecFinalEvent {
     /// Tasks of the exec still to end when these figures were taken: when not 0 (taken at the
     /// cgroup's removal while its last tasks were exiting), the last one takes them again.
     pub pending: u64,
+    /// When these figures were taken (CLOCK_MONOTONIC). Taken again by a task that finished
+    /// exiting after the removal, it ends the exec later than the removal does.
+    pub ts_ns: u64,
 }
 
 const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 32);

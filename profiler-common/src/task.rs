@@ -97,7 +97,8 @@ pub struct TaskBaseline {
 pub struct IoWait {
     /// task_struct.start_time of the task the entry belongs to (guards against pid reuse).
     pub start_time_ns: u64,
-    /// When the current wait began (0: not waiting).
+    /// When the current wait began, in the task's queue-free clock: the runqueue's clock less
+    /// the task's run-queue delay so far (`sched_info.run_delay`). 0: not waiting.
     pub blocked_ns: u64,
     pub total_ns: u64,
     pub count: u64,

@@ -48,6 +48,8 @@ pub(crate) fn exec_final(cgrp: *const u8, id: u64, pending: u64) {
     ev.pids_peak = 0;
     ev.cpu_usage_ns = 0;
     ev.pending = pending;
+    // SAFETY: helper without arguments.
+    ev.ts_ns = unsafe { bpf_ktime_get_ns() };
 
     // memory and pids: the controllers' css (first member of their structs) in cgroup.subsys[].
     let subsys = fin!(cgroup_subsys);

@@ -12,8 +12,12 @@ use crate::{config::*, maps::*, read::*, task::*};
 // kernel's own figure (delay accounting's blkio_delay) stamps the start of such a wait on the
 // wrong task when the scheduler delays a dequeue (Linux 6.12 and later), so it is measured
 // here, by sched_switch alone: the switch-out stamps the runqueue's clock, and the switch-in
-// (in_iowait stays set until the task runs again) ends the wait at sched_info.last_queued,
-// when the wake-up queued it, in the same clock. The run-queue delay that follows starts
+// (in_iowait stays set until the task runs again) ends the wait when the wake-up queued it,
+// in the same clock. That is sched_info.last_queued, unless the queued task was moved to
+// another CPU (idle balancing): the move charges its queued time so far to run_delay and
+// queues it again, with a later last_queued. So both ends are read in the task's queue-free
+// clock, the runqueue's clock less the task's run_delay so far, which stands still while the
+// task is queued: the wait is counted up to its first queueing. The run-queue delay starts
 // there, so the two tile without overlap, and no program runs on wake-ups (a completion's
 // wake-up from interrupt context could also be skipped by BPF's recursion guard; a switch
 // cannot). The common path is one read of each task's in_iowait bit.
@@ -69,7 +73,7 @@ pub(crate) fn iowait_block(task: *const u8) -> Option<()> {
     entry_of(task_cgroup_id(task))?;
     let tid = ld::<u32>(task, off!(task_pid));
     let start = ld::<u64>(task, off!(task_start_time));
-    let now = rq_clock(task);
+    let now = rq_clock(task).wrapping_sub(ld::<u64>(task, off!(task_run_delay)));
     if let Some(w) = IOWAITS.get_ptr_mut(&tid) {
         // SAFETY: the entry of a blocking task; only its own events touch it.
         let w = unsafe { &mut *w };
@@ -104,8 +108,13 @@ fn iowait_end(task: *const u8) {
         let w = unsafe { &mut *w };
         // A task preempted in io_schedule() before it blocked has no wait open.
         if w.blocked_ns != 0 {
+            // sched_info_arrive() runs after this tracepoint: last_queued and run_delay do not
+            // yet hold the queueing that ends now.
             let queued = ld::<u64>(task, off!(task_last_queued));
-            w.total_ns += queued.saturating_sub(w.blocked_ns);
+            if queued != 0 {
+                let end = queued.wrapping_sub(ld::<u64>(task, off!(task_run_delay)));
+                w.total_ns += end.saturating_sub(w.blocked_ns);
+            }
             w.count += 1;
             w.blocked_ns = 0;
         }

@@ -459,7 +459,10 @@ impl Execs {
                             }
                         }
                         if let Some(e) = self.execs.get_mut(&c.cgroup_id) {
-                            e.removed_ns.get_or_insert(c.ts_ns);
+                            // Its final figures may already have been taken again by a task
+                            // that finished exiting later (records of two CPUs).
+                            let end = e.final_figures.map_or(c.ts_ns, |f| f.ts_ns.max(c.ts_ns));
+                            e.removed_ns.get_or_insert(end);
                         }
                     } else {
                         return Followup::ForgetCgroup(c.cgroup_id);
@@ -489,6 +492,12 @@ impl Execs {
             Event::ExecFinal(f) => {
                 if let Some(e) = self.execs.get_mut(&f.cgroup_id) {
                     e.final_figures = Some(*f);
+                    // A task still exiting at the cgroup's removal (its cgroup_exit() came
+                    // before its last switch) ends the exec when it is done: the exec's wall
+                    // holds its tasks' lives (docs/figures.md, "Records").
+                    if let Some(end) = e.removed_ns.as_mut() {
+                        *end = (*end).max(f.ts_ns);
+                    }
                 }
             }
         }
@@ -620,6 +629,48 @@ mod tests {
                 ..Default::default()
             },
         }
+    }
+
+    #[test]
+    fn a_task_that_finishes_exiting_after_the_removal_ends_the_exec() {
+        let removal = |ts_ns| {
+            Event::Cgroup(CgroupEvent {
+                kind: EV_CGROUP_REMOVED,
+                depth: 1,
+                ts_ns,
+                cgroup_id: 7,
+                exec_id: 7,
+                path: [0; CGROUP_PATH_LEN],
+            })
+        };
+        let last = |ts_ns, pending| {
+            Event::ExecFinal(ExecFinalEvent {
+                kind: EV_EXEC_FINAL,
+                flags: 0,
+                cgroup_id: 7,
+                psi_ns: [0; PSI_STATES],
+                memory_peak_pages: 0,
+                memory_events: [0; MEMCG_EVENTS],
+                pids_peak: 0,
+                cpu_usage_ns: 0,
+                pending,
+                ts_ns,
+            })
+        };
+        // In ring-buffer order: figures at the removal, the removal, the last task's figures.
+        let mut e = Execs::new("/ci", 10);
+        e.add_exec(7, "/ci/step", 100);
+        e.apply(&last(199, 1));
+        e.apply(&removal(200));
+        assert_eq!(e.get(7).unwrap().removed_ns, Some(200));
+        e.apply(&last(250, 0));
+        assert_eq!(e.get(7).unwrap().removed_ns, Some(250));
+        // The last task's figures before the removal's record (two CPUs): the later end.
+        let mut e = Execs::new("/ci", 10);
+        e.add_exec(7, "/ci/step", 100);
+        e.apply(&last(250, 0));
+        e.apply(&removal(200));
+        assert_eq!(e.get(7).unwrap().removed_ns, Some(250));
     }
 
     #[test]

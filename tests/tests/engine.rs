@@ -319,6 +319,158 @@ fn run_queue_delay_matches_schedstat() {
     p.stop();
 }
 
+/// Test 4b: IO waits whose wake-ups are moved between CPUs while queued: on-CPU, run-queue
+/// delay and IO-wait still tile (docs/figures.md, "IO-wait"). A queued task moved to another
+/// runqueue is charged its wait so far as run delay and queued again; the IO wait must end at
+/// the first queueing, not the last. Two hogs, one pinned to each CPU, keep dd queued after
+/// each wake-up, and the test moves it between the CPUs every 20 us.
+#[test]
+fn io_wait_and_run_queue_delay_tile_when_woken_tasks_move() {
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cpus >= 2,
+        "needs 2 CPUs to move tasks between, found {cpus}"
+    );
+    let cg = TestCgroup::new("tiling");
+    let scratch = scratch_dir("tiling");
+    let of = format!("of={}", scratch.join("data").display());
+    let p = Attached::start(&cg, &[]);
+    let hogs_dir = cg.child("hogs");
+    let mut hogs: Vec<_> = (0..2)
+        .map(|cpu| {
+            let h = spawn_in(&hogs_dir, &[&busy(), "600000000"]);
+            pin(h.id() as i32, cpu);
+            h
+        })
+        .collect();
+    for round in 0..4 {
+        let dir = cg.child(&format!("dd-{round}"));
+        let argv: Vec<String> = [
+            "dd",
+            "if=/dev/zero",
+            &of,
+            "bs=64k",
+            "count=100",
+            "oflag=direct",
+            "status=none",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let child = profiler::spawn::spawn_in_cgroup(&dir, &argv).unwrap();
+        let pid = child.pid;
+        // Move dd between the CPUs until it exits; then read the kernel's own figures of the
+        // zombie before reaping it.
+        let mut cpu = 0;
+        while !exited(pid) {
+            pin(pid, cpu);
+            cpu ^= 1;
+            thread::sleep(Duration::from_micros(20));
+        }
+        let sched = fs::read_to_string(format!("/proc/{pid}/sched")).unwrap_or_default();
+        let migrations = sched
+            .lines()
+            .find(|l| l.starts_with("se.nr_migrations"))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let f = settled_schedstat(pid);
+        let (code, status) = profiler::spawn::wait_exit_code(pid).unwrap();
+        assert_eq!(code, 0, "dd: {status}");
+        let id = cgroup_id(&dir);
+        rmdir(&dir);
+        let rec = p.wait_ended(id, secs(30));
+        let c = &rec["cpu"];
+        let (on, rq, io, task) = (
+            u(&c["on_cpu_ns"]),
+            u(&c["runq_delay_ns"]),
+            u(&c["iowait_ns"]),
+            u(&c["task_time_ns"]),
+        );
+        eprintln!(
+            "MEASURED tiling round {round}: dd moved {migrations:?} times; on-CPU {on} + \
+             run-queue {rq} + IO-wait {io} = {} of task time {task} ns",
+            on + rq + io
+        );
+        // The move must have happened, or this test tested nothing.
+        if let Some(m) = migrations {
+            assert!(m >= 20, "dd moved between CPUs only {m} times");
+        }
+        assert!(u(&c["iowait_waits"]) >= 50, "dd's IO waits: {rec}");
+        // The kernel's own figures of the task: on-CPU and run-queue delay exact.
+        assert_eq!(on, f[0], "on-CPU vs /proc/PID/schedstat: {rec}");
+        assert_eq!(rq, f[1], "run-queue delay vs /proc/PID/schedstat: {rec}");
+        // The parts are in the scheduler's clock and task time in CLOCK_MONOTONIC: one TSC,
+        // which NTP may slew by up to 500 ppm. Where the kernel distrusts the TSC, the
+        // scheduler's clock of each CPU is kept within a tick of CLOCK_MONOTONIC, and each
+        // interval can be off by that much: only wall time bounds the sum.
+        let clock = sched_clock_source();
+        let bound = if clock.trusted {
+            task + task / 2000
+        } else {
+            u(&rec["wall_ns"]) * 2
+        };
+        assert!(
+            on + rq + io <= bound,
+            "on-CPU {on} + run-queue {rq} + IO-wait {io} > {bound} (task time {task}, clock \
+             {}): the parts overlap: {rec}",
+            clock.name
+        );
+    }
+    for h in &mut hogs {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    p.stop();
+    let _ = fs::remove_dir_all(&scratch);
+}
+
+/// /proc/PID/schedstat (on-CPU, run delay, timeslices) of an exited child, once its last
+/// switch is done: the dying task runs on after its parent can see it exit.
+fn settled_schedstat(pid: i32) -> Vec<u64> {
+    let read = || -> Vec<u64> {
+        fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .unwrap()
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    let mut last = read();
+    for _ in 0..1000 {
+        thread::sleep(Duration::from_millis(1));
+        let now = read();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the schedstat of exited pid {pid} still changes after 1 s: {last:?}");
+}
+
+/// Pin `pid` to one CPU.
+fn pin(pid: i32, cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Whether child `pid` has exited, leaving it to be reaped.
+fn exited(pid: i32) -> bool {
+    // SAFETY: siginfo is plain data; waitid with WNOWAIT leaves the child as it is.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        ) == 0
+            && info.si_pid() != 0
+    }
+}
+
 /// Test 5: 1000 execs of 1-5 ms each: all reported once, with CPU time, none misattributed.
 #[test]
 fn churn_of_short_execs_loses_nothing() {
