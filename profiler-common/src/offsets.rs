@@ -101,6 +101,11 @@ btf_offsets! {
         task_comm: Required "task_struct" "comm" 16,
         task_start_time: Required "task_struct" "start_time" 8,
         task_exit_state: Required "task_struct" "exit_state" 4,
+        task_exit_code: Required "task_struct" "exit_code" 4,
+        /// A process's peak RSS and whether the OOM killer chose it, read at its leader's end.
+        task_signal: Optional "task_struct" "signal" 8,
+        signal_maxrss: Optional "signal_struct" "maxrss" 8 after task_signal,
+        signal_oom_mm: Optional "signal_struct" "oom_mm" 8 after task_signal,
         task_real_parent: Optional "task_struct" "real_parent" 8,
         task_sum_exec_runtime: Required "task_struct" "se.sum_exec_runtime" 8,
         task_run_delay: Optional "task_struct" "sched_info.run_delay" 8,

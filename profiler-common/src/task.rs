@@ -108,6 +108,8 @@ pub struct IoWait {
 pub const TASK_LEADER: u32 = 1;
 pub const TASK_NO_DELAYS: u32 = 2;
 pub const TASK_PARTIAL: u32 = 4;
+/// The process was chosen by the OOM killer (its signal_struct's oom_mm is set).
+pub const TASK_OOM_VICTIM: u32 = 8;
 
 /// A task's counters: final when it ended (EV_TASK_END, ring buffer), or live (EV_TASK_SNAPSHOT,
 /// task iterator). Counters already have the baseline taken off.
@@ -123,7 +125,12 @@ pub struct TaskRecord {
     /// The process's parent (real_parent's tgid) when the record was made: a process that
     /// never called execve runs its parent's program.
     pub parent_tgid: u32,
-    pub _pad: u32,
+    /// The wait status the parent gets (task_struct.exit_code: the code << 8, or the signal
+    /// that killed it, | 0x80 when it dumped core). Set in the record of an ended leader.
+    pub exit_code: u32,
     pub comm: [u8; COMM_LEN],
     pub counters: TaskCounters,
+    /// The process's peak resident set in pages (signal_struct.maxrss, as getrusage's
+    /// ru_maxrss). Set in the record of an ended leader.
+    pub max_rss_pages: u64,
 }

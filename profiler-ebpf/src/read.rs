@@ -191,7 +191,8 @@ pub(crate) fn fill_record(
     rec.tgid = ld::<u32>(task, off!(task_tgid));
     rec.start_time_ns = ld(task, off!(task_start_time));
     rec.parent_tgid = ld::<u32>(ld_ptr(task, off!(task_real_parent)), off!(task_tgid));
-    rec._pad = 0;
+    rec.exit_code = 0;
+    rec.max_rss_pages = 0;
     rec.comm = comm_of(task);
     rec.flags = if rec.pid == rec.tgid { TASK_LEADER } else { 0 };
     let (iowait, had_iowait) = iowait_of(task, rec.pid);

@@ -152,6 +152,15 @@ pub(crate) fn task_end(task: *const u8) -> Option<()> {
     }
     if rec.flags & TASK_LEADER != 0 {
         add(&mut stats.proc_exits, 1);
+        // How the process ended, as its parent's wait sees it, and its peak memory.
+        rec.exit_code = ld(task, off!(task_exit_code));
+        let signal = ld_ptr(task, off!(task_signal));
+        if !signal.is_null() {
+            rec.max_rss_pages = ld(signal, off!(signal_maxrss));
+            if !ld_ptr(signal, off!(signal_oom_mm)).is_null() {
+                rec.flags |= TASK_OOM_VICTIM;
+            }
+        }
     }
     if rec.flags & TASK_NO_DELAYS != 0 {
         add(&mut stats.tasks_without_delays, 1);

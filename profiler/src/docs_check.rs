@@ -17,8 +17,8 @@ use crate::{
     export::metrics::{DEFS, Def, EXECS_RUNNING, ExecAttributes, ExecSeries, Kind},
     network::{Faults, InterfaceReport, NetReport, SampledFaults, SocketsReport, Traffic},
     record::{
-        CpuReport, DiskReport, ExecReport, ExecState, Histogram, IoReport, OtherReport, ProcReport,
-        TasksReport,
+        CpuReport, DiskReport, ExecExit, ExecReport, ExecState, ExitReport, Histogram, IoReport,
+        OtherReport, ProcReport, TasksReport,
     },
     runtime::{ContainerInfo, K8s},
 };
@@ -177,6 +177,16 @@ fn pressure() -> PressureReport {
     }
 }
 
+/// An exit with every key set (a real one has a code or a signal, not both).
+fn every_exit_key() -> ExitReport {
+    ExitReport {
+        code: Some(3),
+        signal: Some("SIGKILL".into()),
+        core_dumped: true,
+        oom_killed: true,
+    }
+}
+
 fn histogram() -> Histogram {
     Histogram {
         bounds_ns: vec![0, 2048],
@@ -220,6 +230,10 @@ pub(crate) fn full_record_with(ci: CiContext) -> ExecReport {
             }),
         }),
         command: Some("make -j8".into()),
+        exit: Some(ExecExit {
+            pid: 7,
+            status: every_exit_key(),
+        }),
         ci: Some(CiContext {
             system,
             attributes,
@@ -285,6 +299,8 @@ pub(crate) fn full_record_with(ci: CiContext) -> ExecReport {
             args: "cc1 -O2".into(),
             threads: 1,
             ended: true,
+            exit: Some(every_exit_key()),
+            max_rss_bytes: Some(4096),
             on_cpu_ns: 1,
             runq_delay_ns: 1,
             iowait_ns: 1,
@@ -431,8 +447,18 @@ fn docs_figures_md_lists_every_metric_and_attribute() {
     }
     let attributes = code_spans(section("Attributes"));
     let mut emitted = BTreeSet::new();
-    for ci in crate::ci::every_context(CI_ENV) {
-        let r = full_record_with(ci);
+    // Running and ended (the outcome is exported at the end), killed by a signal or exited.
+    let variants = crate::ci::every_context(CI_ENV).into_iter().flat_map(|ci| {
+        let running = full_record_with(ci);
+        let mut ended = running.clone();
+        ended.state = ExecState::Ended;
+        let mut exited = ended.clone();
+        if let Some(e) = &mut exited.exit {
+            e.status.signal = None;
+        }
+        [running, ended, exited]
+    });
+    for r in variants {
         let exec_attrs = ExecAttributes::default().of(&r);
         for (k, _) in &exec_attrs {
             assert!(

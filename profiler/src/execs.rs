@@ -94,6 +94,27 @@ pub struct Proc {
     pub threads: u32,
     pub counters: TaskCounters,
     pub ended: bool,
+    /// How it ended (its leader's record), once it has.
+    pub exit: Option<Exit>,
+}
+
+/// How a process ended: the wait status its parent got, whether the OOM killer chose it, and
+/// its peak resident set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Exit {
+    pub status: u32,
+    pub oom_killed: bool,
+    pub max_rss_pages: u64,
+}
+
+impl Exit {
+    pub fn of(rec: &TaskRecord) -> Self {
+        Self {
+            status: rec.exit_code,
+            oom_killed: rec.flags & TASK_OOM_VICTIM != 0,
+            max_rss_pages: rec.max_rss_pages,
+        }
+    }
 }
 
 impl Proc {
@@ -215,6 +236,7 @@ impl ProcTable {
         if rec.flags & TASK_LEADER != 0 {
             p.comm = comm; // the final name (after any execve)
             p.ended = true;
+            p.exit = Some(Exit::of(rec));
             let p = self.live.remove(&rec.tgid).unwrap();
             self.done.push(p);
             if self.done.len() > 2 * self.keep {
@@ -295,6 +317,8 @@ pub struct Exec {
     pub final_figures: Option<ExecFinalEvent>,
     /// argv of the first program the exec ran (its first execve).
     pub command: Option<String>,
+    /// The process that ran that program, and how it ended: the exec's outcome.
+    pub main: Option<(u32, Option<Exit>)>,
     /// What the container runtime says about the exec: None until the answer is in.
     pub metadata: Option<Lookup>,
     /// Times its metadata was asked for.
@@ -387,6 +411,7 @@ impl Execs {
             procs: ProcTable::new(keep),
             final_figures: None,
             command: None,
+            main: None,
             metadata: None,
             metadata_asked: 0,
             ci: None,
@@ -473,6 +498,12 @@ impl Execs {
             Event::TaskEnd(t) => {
                 if let Some(e) = self.execs.get_mut(&t.exec_id) {
                     e.procs.on_task_end(t);
+                    if let Some((tgid, exit)) = &mut e.main
+                        && *tgid == t.tgid
+                        && t.flags & TASK_LEADER != 0
+                    {
+                        *exit = Some(Exit::of(t));
+                    }
                 }
             }
             Event::ProcExec(x) => {
@@ -481,6 +512,7 @@ impl Execs {
                     if e.command.is_none() && !is_runtime_init(&x.args[..n]) {
                         e.command =
                             Some(args_summary(&x.args[..n], ARGS_LEN)).filter(|c| !c.is_empty());
+                        e.main = Some((x.tgid, None));
                     }
                     e.procs.on_exec(
                         x.tgid,
@@ -622,12 +654,13 @@ mod tests {
             exec_id: 7,
             start_time_ns: 0,
             parent_tgid: 1,
-            _pad: 0,
+            exit_code: 0,
             comm: c,
             counters: TaskCounters {
                 oncpu_ns: cpu,
                 ..Default::default()
             },
+            max_rss_pages: 0,
         }
     }
 

@@ -5,13 +5,13 @@
 use std::{cell::Cell, collections::HashMap};
 
 use profiler_common::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     cgroup_files::CgroupReport,
     ci::CiContext,
     clock::monotonic_to_unix_ns,
-    execs::{Exec, Live, Proc, top_processes},
+    execs::{Exec, Exit, Live, Proc, top_processes},
     network::NetReport,
     runtime::{ContainerInfo, Lookup},
 };
@@ -48,6 +48,10 @@ pub struct ExecReport {
     /// argv of the first program the exec ran (its first execve), when one was seen.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// How that program's process ended: the exec's outcome (absent while it runs, and when
+    /// no program was seen starting).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExecExit>,
     /// The CI step and trace the exec belongs to, from its first program's environment.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ci: Option<CiContext>,
@@ -260,6 +264,74 @@ pub struct TasksReport {
     pub process_exits: u64,
 }
 
+/// How a process ended, as its parent's wait saw it (docs/figures.md, "Exit status").
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExitReport {
+    /// The code it passed to exit(); absent when a signal ended it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<u8>,
+    /// The signal that ended it ("SIGKILL"); absent when it called exit().
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub core_dumped: bool,
+    /// Chosen by the OOM killer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oom_killed: bool,
+}
+
+impl ExitReport {
+    pub fn from_status(status: u32, oom_killed: bool) -> Self {
+        let sig = (status & 0x7f) as i32;
+        let signal = (sig != 0).then(|| {
+            nix::sys::signal::Signal::try_from(sig)
+                .map(|s| s.as_str().to_owned())
+                .unwrap_or_else(|_| format!("signal {sig}"))
+        });
+        Self {
+            code: (sig == 0).then_some((status >> 8) as u8),
+            signal,
+            core_dumped: sig != 0 && status & 0x80 != 0,
+            oom_killed,
+        }
+    }
+
+    /// Whether it ended well: exit(0).
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// "exit 3", "SIGKILL (OOM kill)", "SIGSEGV (core dumped)".
+    pub fn summary(&self) -> String {
+        let mut s = match (&self.signal, self.code) {
+            (Some(sig), _) => sig.clone(),
+            (None, Some(c)) => format!("exit {c}"),
+            (None, None) => "unknown".into(),
+        };
+        if self.core_dumped {
+            s.push_str(" (core dumped)");
+        }
+        if self.oom_killed {
+            s.push_str(" (OOM kill)");
+        }
+        s
+    }
+}
+
+impl From<&Exit> for ExitReport {
+    fn from(e: &Exit) -> Self {
+        Self::from_status(e.status, e.oom_killed)
+    }
+}
+
+/// The exec's outcome: how its main program's process ended.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExecExit {
+    pub pid: u32,
+    #[serde(flatten)]
+    pub status: ExitReport,
+}
+
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ProcReport {
     pub pid: u32,
@@ -267,6 +339,12 @@ pub struct ProcReport {
     pub args: String,
     pub threads: u32,
     pub ended: bool,
+    /// How it ended (absent while it runs, and for a process whose leader's end was not seen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitReport>,
+    /// Its peak resident set (getrusage's ru_maxrss), known when it has ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_rss_bytes: Option<u64>,
     pub on_cpu_ns: u64,
     pub runq_delay_ns: u64,
     pub iowait_ns: u64,
@@ -283,6 +361,8 @@ impl From<Proc> for ProcReport {
             pid: p.tgid,
             threads: p.threads,
             ended: p.ended,
+            exit: p.exit.as_ref().map(ExitReport::from),
+            max_rss_bytes: p.exit.map(|e| e.max_rss_pages * page_size()),
             on_cpu_ns: c.oncpu_ns,
             runq_delay_ns: c.runq_ns,
             iowait_ns: c.iowait_ns,
@@ -358,6 +438,12 @@ impl ExecReport {
             cgroup_id: exec.id,
             container: exec.container().cloned(),
             command: exec.command.clone(),
+            exit: exec.main.and_then(|(pid, exit)| {
+                Some(ExecExit {
+                    pid,
+                    status: (&exit?).into(),
+                })
+            }),
             ci: exec.ci.clone(),
             state: if exec.removed_ns.is_some() {
                 ExecState::Ended
@@ -393,9 +479,39 @@ impl ExecReport {
     }
 }
 
+/// The kernel's page size, in which it counts resident memory.
+fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |p| p as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_statuses_are_read_as_the_kernel_writes_them() {
+        let e = ExitReport::from_status(3 << 8, false);
+        assert_eq!((e.code, e.signal.as_deref()), (Some(3), None));
+        assert_eq!(e.summary(), "exit 3");
+        assert!(ExitReport::from_status(0, false).success());
+        let e = ExitReport::from_status(9, true);
+        assert_eq!((e.code, e.signal.as_deref()), (None, Some("SIGKILL")));
+        assert_eq!(e.summary(), "SIGKILL (OOM kill)");
+        let e = ExitReport::from_status(11 | 0x80, false);
+        assert!(e.core_dumped && !e.success());
+        assert_eq!(e.summary(), "SIGSEGV (core dumped)");
+        assert_eq!(
+            serde_json::to_string(&ExitReport::from_status(11 | 0x80, false)).unwrap(),
+            r#"{"signal":"SIGSEGV","core_dumped":true}"#
+        );
+        assert_eq!(
+            ExitReport::from_status(64, false).signal.as_deref(),
+            Some("signal 64")
+        );
+    }
 
     #[test]
     fn user_system_split_follows_the_tick_ratio() {

@@ -15,12 +15,16 @@ impl ExecReport {
         let mut s = String::new();
         let _ = write!(
             s,
-            "exec {} [{}]{} {} {}: cpu {} runq {} iowait {} | disk r {} ({} req) w {} ({} req)",
+            "exec {} [{}]{} {} {}{}: cpu {} runq {} iowait {} | disk r {} ({} req) w {} ({} req)",
             self.exec,
             self.cgroup_id,
             self.label().map(|l| format!(" ({l})")).unwrap_or_default(),
             self.state.as_str(),
             dur(self.wall_ns),
+            self.exit
+                .as_ref()
+                .map(|e| format!(", {}", e.status.summary()))
+                .unwrap_or_default(),
             dur(self.cpu.on_cpu_ns),
             dur(self.cpu.runq_delay_ns),
             dur(self.cpu.iowait_ns),
@@ -223,9 +227,16 @@ impl ExecReport {
                 "PID", "CPU", "RUNQ", "IOWAIT", "READ", "WRITE"
             );
             for p in &self.processes {
+                // Only what went wrong: most processes exit 0.
+                let failed = p
+                    .exit
+                    .as_ref()
+                    .filter(|e| !e.success())
+                    .map(|e| format!("  [{}]", e.summary()))
+                    .unwrap_or_default();
                 let _ = writeln!(
                     s,
-                    "  {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
+                    "  {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {}{failed}",
                     p.pid,
                     dur(p.on_cpu_ns),
                     dur(p.runq_delay_ns),

@@ -649,6 +649,16 @@ fn run_reports_and_keeps_the_exit_code() {
     assert_eq!(out.status.code(), Some(5));
     let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rec["state"], "ended");
+    // The record's outcome is the command's; dd's own is its.
+    assert_eq!(rec["exit"]["code"], 5, "{rec}");
+    let procs = rec["processes"].as_array().unwrap();
+    let exit_of = |comm: &str| &procs.iter().find(|p| p["comm"] == comm).unwrap()["exit"];
+    assert_eq!(exit_of("sh")["code"], 5, "{rec}");
+    assert_eq!(exit_of("dd")["code"], 0, "{rec}");
+    assert_eq!(
+        u(&rec["exit"]["pid"]),
+        u(&procs.iter().find(|p| p["comm"] == "sh").unwrap()["pid"])
+    );
     assert!(u(&rec["cpu"]["on_cpu_ns"]) > 0);
     assert_eq!(
         u(&rec["tasks"]["processes_started"]),
@@ -672,6 +682,88 @@ fn run_reports_and_keeps_the_exit_code() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
+}
+
+/// Test 7b: how each process ended and its peak memory, exact for processes of a millisecond:
+/// the exec's `exit` and each process's `exit` and `max_rss_bytes` against the status and the
+/// rusage that wait4 gave the test for the same process.
+#[test]
+fn exit_status_and_peak_memory_match_wait4() {
+    let cg = TestCgroup::new("exit");
+    let p = Attached::start(&cg, &[]);
+    let cases: [(&str, &[&str]); 4] = [
+        ("exit-3", &["sh", "-c", "exit 3"]),
+        ("sigterm", &["sh", "-c", "kill -TERM $$"]),
+        ("true", &["true"]),
+        // 64 MiB touched: a peak well above the program's own.
+        (
+            "alloc",
+            &[
+                "dd",
+                "if=/dev/zero",
+                "of=/dev/null",
+                "bs=64M",
+                "count=1",
+                "status=none",
+            ],
+        ),
+    ];
+    for (name, argv) in cases {
+        let dir = cg.child(name);
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let child = profiler::spawn::spawn_in_cgroup(&dir, &argv).unwrap();
+        let (status, rusage) = wait4(child.pid);
+        let id = cgroup_id(&dir);
+        rmdir(&dir);
+        let rec = p.wait_ended(id, secs(30));
+        let exit = &rec["exit"];
+        assert_eq!(u(&exit["pid"]), child.pid as u64, "{name}: {rec}");
+        if libc::WIFEXITED(status) {
+            assert_eq!(exit["code"], libc::WEXITSTATUS(status), "{name}: {rec}");
+            assert!(exit.get("signal").is_none(), "{name}: {rec}");
+        } else {
+            assert!(libc::WIFSIGNALED(status), "{name}: status {status:#x}");
+            let sig = nix::sys::signal::Signal::try_from(libc::WTERMSIG(status)).unwrap();
+            assert_eq!(exit["signal"], sig.as_str(), "{name}: {rec}");
+            assert!(exit.get("code").is_none(), "{name}: {rec}");
+        }
+        let procs = rec["processes"].as_array().unwrap();
+        let proc = procs
+            .iter()
+            .find(|q| u(&q["pid"]) == child.pid as u64)
+            .unwrap_or_else(|| panic!("{name}: pid {} not listed: {rec}", child.pid));
+        let mut own = exit.clone();
+        own.as_object_mut().unwrap().remove("pid");
+        assert_eq!(
+            proc["exit"], own,
+            "{name}: the process's exit is the exec's"
+        );
+        // ru_maxrss is in KiB.
+        assert_eq!(
+            u(&proc["max_rss_bytes"]),
+            rusage.ru_maxrss as u64 * 1024,
+            "{name}: peak RSS vs wait4's ru_maxrss: {rec}"
+        );
+        eprintln!(
+            "MEASURED exit of {name}: {} in {} ns of wall, peak RSS {} KiB",
+            exit,
+            u(&rec["wall_ns"]),
+            rusage.ru_maxrss
+        );
+    }
+    let (code, _, _) = p.stop();
+    assert_eq!(code, 0);
+}
+
+/// Reap child `pid`: its wait status and resource usage.
+fn wait4(pid: i32) -> (i32, libc::rusage) {
+    let mut status = 0;
+    // SAFETY: rusage is plain data; waiting for our own child.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::wait4(pid, &mut status, 0, &mut ru), pid);
+        (status, ru)
+    }
 }
 
 /// A named cgroup v1 hierarchy mounted for the test, unmounted on drop.

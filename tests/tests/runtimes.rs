@@ -120,6 +120,35 @@ fn docker_containers_are_execs_named_by_docker() {
     let rec = p.wait_ended_where(&short, secs(30), |r| container(r, "name") == Some(&short));
     assert_eq!(container(&rec, "command"), Some("true"));
     assert!(u(&rec["cpu"]["on_cpu_ns"]) > 0, "{rec}");
+    assert_eq!(rec["exit"]["code"], 0, "{rec}");
+
+    // A failing container: its outcome is its process 1's, as docker reports it.
+    let failing = format!("pt-fail-{pid}");
+    let out = d.docker(&[
+        "run",
+        "--rm",
+        "--name",
+        &failing,
+        "--network",
+        "none",
+        "pbase:1",
+        "sh",
+        "-c",
+        "exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "docker's own exit status");
+    let rec = p.wait_ended_where(&failing, secs(30), |r| {
+        container(r, "name") == Some(&failing)
+    });
+    assert_eq!(rec["exit"]["code"], 7, "{rec}");
+    let pid1 = u(&rec["exit"]["pid"]);
+    let sh = rec["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| u(&q["pid"]) == pid1)
+        .unwrap_or_else(|| panic!("the main process is listed: {rec}"));
+    assert_eq!(sh["args"], "sh -c exit 7", "{rec}");
 
     // A cgroup that looks like a container but that docker does not know.
     let ghost = v2_mount().join("docker").join("0".repeat(64));
@@ -155,6 +184,14 @@ fn docker_containers_are_execs_named_by_docker() {
     ] {
         assert!(line.contains(&label), "{label} missing: {line}");
     }
+    let exits = body
+        .lines()
+        .find(|l| l.starts_with("profiler_exec_exits_total") && l.contains(&failing))
+        .unwrap_or_else(|| panic!("no exits series of {failing}: {body}"));
+    assert!(
+        exits.contains("process_exit_code=\"7\"") && exits.ends_with(" 1"),
+        "{exits}"
+    );
     let (code, _, _) = p.stop();
     assert_eq!(code, 0);
 }
@@ -309,6 +346,30 @@ fn buildkit_steps_are_execs_with_exact_figures() {
         e <= 0.01 || total.abs_diff(parent_ns) <= 2_000_000 * recs.len() as u64,
         "steps {total} ns vs parent {parent_ns} ns"
     );
+    // A failing step: its record says how it ended, as the build reports it.
+    let failing = "echo failing-step && exit 3";
+    fs::write(
+        ctx.join("Dockerfile"),
+        format!("FROM pbase:1\nRUN {failing}\n"),
+    )
+    .unwrap();
+    let out = d.docker(&[
+        "build",
+        "--network",
+        "none",
+        "--no-cache",
+        "--progress",
+        "plain",
+        ctx.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && text.contains("exit code: 3"),
+        "the build reports the step's exit code 3: {text}"
+    );
+    let cmd = format!("/bin/sh -c {failing}");
+    let rec = p.wait_ended_where(failing, secs(60), |r| container(r, "command") == Some(&cmd));
+    assert_eq!(rec["exit"]["code"], 3, "{rec}");
     let (code, all, _) = p.stop();
     assert_eq!(code, 0);
     // Each step once, and nothing else: one exec per RUN.
@@ -319,7 +380,11 @@ fn buildkit_steps_are_execs_with_exact_figures() {
         .collect();
     ended.sort_unstable();
     ended.dedup();
-    assert_eq!(ended.len(), steps.len(), "one exec per RUN step: {ended:?}");
+    assert_eq!(
+        ended.len(),
+        steps.len() + 1,
+        "one exec per RUN step, the failing one included: {ended:?}"
+    );
 }
 
 /// Test 3: podman containers are execs of `--runtime podman`, named from its storage.

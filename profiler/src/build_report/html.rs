@@ -171,11 +171,16 @@ pub fn render(build: &Build, source: &str) -> String {
         esc(source)
     );
     let _ = writeln!(s, "<h1>Build profile <small>{}</small></h1>", esc(source));
+    let failed = build.failed();
     let _ = write!(
         s,
-        "<p id=\"overview\" data-execs=\"{n}\" data-running=\"{running}\">{n} execs ({} ended",
+        "<p id=\"overview\" data-execs=\"{n}\" data-running=\"{running}\" \
+         data-failed=\"{failed}\">{n} execs ({} ended",
         n - running
     );
+    if failed > 0 {
+        let _ = write!(s, ", <span class=\"failed\">{failed} failed</span>");
+    }
     if running > 0 {
         let _ = write!(s, ", {running} still running when recorded");
     }
@@ -301,9 +306,10 @@ fn timeline(s: &mut String, build: &Build) {
         let by = y + (row_h - bar_h) / 2.0;
         let x0 = x_of(r.start_unix_ns);
         let w = (x_of(r.end_unix_ns.max(r.start_unix_ns)) - x0).max(1.0);
-        let class = match r.state {
-            State::Ended => "exec",
-            State::Running => "exec running",
+        let class = match (r.state, r.failed()) {
+            (State::Ended, false) => "exec",
+            (State::Ended, true) => "exec failed",
+            (State::Running, _) => "exec running",
         };
         let _ = write!(
             s,
@@ -436,10 +442,11 @@ fn missing(key: &'static str, why: String) -> Cell {
 }
 
 /// Columns: (key, header, sorts as text).
-const COLUMNS: [(&str, &str, bool); 16] = [
+const COLUMNS: [(&str, &str, bool); 17] = [
     ("exec", "exec", true),
     ("ci", "CI step", true),
     ("state", "state", true),
+    ("exit", "exit", true),
     ("start", "start", false),
     ("wall", "wall", false),
     ("task_time", "task time", false),
@@ -454,6 +461,33 @@ const COLUMNS: [(&str, &str, bool); 16] = [
     ("memory_peak", "memory peak", false),
     ("processes", "procs", false),
 ];
+
+/// The main program's outcome; a failure stands out. Sorted as text, failures apart from
+/// `exit 0`.
+fn exit_cell(r: &Record) -> Cell {
+    match &r.exit {
+        Some(e) => {
+            let v = e.status.summary();
+            let html = if r.failed() {
+                format!("<span class=\"failed\">{}</span>", esc(&v))
+            } else {
+                esc(&v)
+            };
+            Cell {
+                key: "exit",
+                v,
+                html,
+                title: Some(format!("pid {}", e.pid)),
+            }
+        }
+        None => Cell {
+            key: "exit",
+            v: String::new(),
+            html: String::new(),
+            title: Some("no program was seen ending: still running, or none started".into()),
+        },
+    }
+}
 
 fn cells(r: &Record, t0: u64) -> Vec<Cell> {
     let b = r.breakdown();
@@ -504,6 +538,7 @@ fn cells(r: &Record, t0: u64) -> Vec<Cell> {
             title: None,
         },
         text("state", state),
+        exit_cell(r),
         num("start", r.start_unix_ns - t0, offset(r.start_unix_ns - t0)),
         num("wall", r.wall_ns, dur(r.wall_ns)),
         num("task_time", b.task_ns, dur(b.task_ns)),

@@ -31,6 +31,9 @@ pub struct Record {
     /// Written only when the exec's first program was seen.
     #[serde(default)]
     pub command: Option<String>,
+    /// How that program's process ended: written once it has.
+    #[serde(default)]
+    pub exit: Option<crate::record::ExecExit>,
     /// Written only when that program's environment named a CI step or a trace.
     #[serde(default)]
     pub ci: Option<Ci>,
@@ -210,6 +213,11 @@ pub struct Traffic {
 }
 
 impl Record {
+    /// Its main program ended other than by exit(0).
+    pub fn failed(&self) -> bool {
+        self.exit.as_ref().is_some_and(|e| !e.status.success())
+    }
+
     /// What ran, as the exported spans name it: the container's name, else its command (the
     /// runtime's, else the first program's argv), else the exec's cgroup path; a blank one is
     /// passed over here (a label of spaces names nothing).
@@ -456,6 +464,11 @@ impl Build {
             .iter()
             .filter(|r| r.state == State::Running)
             .count()
+    }
+
+    /// Execs whose main program did not exit 0.
+    pub fn failed(&self) -> usize {
+        self.records.iter().filter(|r| r.failed()).count()
     }
 }
 

@@ -56,6 +56,10 @@ pub fn render(build: &Build, top: usize) -> String {
     let running = build.running();
     let (start, end) = build.span();
     let _ = write!(s, "{n} execs ({} ended", n - running);
+    let failed = build.failed();
+    if failed > 0 {
+        let _ = write!(s, ", {failed} failed");
+    }
     if running > 0 {
         let _ = write!(s, ", {running} still running when recorded");
     }
@@ -115,6 +119,18 @@ pub fn render(build: &Build, top: usize) -> String {
         dur(stall)
     );
 
+    let failed: Vec<&Record> = build.records.iter().filter(|r| r.failed()).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(s, "\nfailed execs:");
+        for r in failed.iter().take(top.max(1)) {
+            let e = r.exit.as_ref().expect("a failed exec has an exit");
+            let _ = writeln!(s, "  {:>10}  {}", e.status.summary(), who(r));
+        }
+        if failed.len() > top.max(1) {
+            let _ = writeln!(s, "  ... and {} more", failed.len() - top.max(1));
+        }
+    }
+
     for (title, value, kind) in METRICS {
         let mut ranked: Vec<(u64, &Record)> = build
             .records
@@ -171,6 +187,39 @@ pub fn http_date(unix_ns: u64) -> String {
 mod tests {
     use super::super::tests::{cpu, line, with};
     use super::*;
+
+    #[test]
+    fn failed_execs_are_counted_and_named_with_their_outcome() {
+        let ok = line("fetch", 1, "ended", 0, 100, &cpu(1, 0, 0, 2));
+        let text = [
+            with(&ok, r#""exit":{"pid":7,"code":0}"#),
+            with(
+                &line("compile", 2, "ended", 1, 100, &cpu(1, 0, 0, 2)),
+                r#""exit":{"pid":8,"code":2}"#,
+            ),
+            with(
+                &line("test", 3, "ended", 2, 100, &cpu(1, 0, 0, 2)),
+                r#""exit":{"pid":9,"signal":"SIGKILL","oom_killed":true}"#,
+            ),
+            line("running", 4, "running", 3, 100, &cpu(1, 0, 0, 2)),
+        ]
+        .join("\n");
+        let b = Build::read(text.as_bytes(), "t").unwrap();
+        assert_eq!(b.failed(), 2);
+        let s = render(&b, 5);
+        assert!(
+            s.starts_with("4 execs (3 ended, 2 failed, 1 still running"),
+            "{s}"
+        );
+        assert!(
+            s.contains("\nfailed execs:\n      exit 2  compile\n  SIGKILL (OOM kill)  test\n"),
+            "{s}"
+        );
+        let page = crate::build_report::html::render(&b, "t");
+        assert!(page.contains(r#"data-failed="2""#));
+        assert!(page.contains(r#"<span class="failed">exit 2</span>"#));
+        assert!(page.contains(r#"<g class="exec failed""#));
+    }
 
     #[test]
     fn summary_parts_add_up_and_tops_are_ranked() {

@@ -93,6 +93,8 @@ defs! {
         "Threads started in the exec's processes (eBPF)";
     Execve = "profiler.exec.execve", Counter, "{call}", true, 1,
         "execve calls in the exec (eBPF)";
+    Exits = "profiler.exec.exits", Counter, "{exec}", true, 1,
+        "1 for an ended exec, by the outcome of its main program: process.exit.code, or profiler.exec.exit.signal (eBPF, at the process's end); exported once, when the exec ends";
     ProcessCpuTime = "profiler.process.cpu.time", Counter, "s", false, 10,
         "CPU time of the exec's listed processes, by process.command (the 10 commands with the most CPU time)";
 }
@@ -312,6 +314,18 @@ impl ExecSeries {
             secs(c.system_ns),
         );
         put(M::RunQueueDelay, vec![], secs(c.runq_delay_ns));
+        // The outcome on a series of its own: as an attribute of every series it would start
+        // new ones when the exec ends.
+        if let Some(e) = r.exit.as_ref().filter(|_| r.state == ExecState::Ended) {
+            let outcome = match (e.status.code, &e.status.signal) {
+                (_, Some(sig)) => ("profiler.exec.exit.signal", sig.clone().into()),
+                (code, None) => (
+                    "process.exit.code",
+                    code.unwrap_or_default().to_string().into(),
+                ),
+            };
+            put(M::Exits, vec![outcome], 1.0);
+        }
         put(M::IoWait, vec![], secs(c.iowait_ns));
         put(
             M::MemoryStall,

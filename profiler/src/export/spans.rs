@@ -111,6 +111,23 @@ pub(crate) fn span_of(
         KeyValue::new("profiler.exec.io.write_bytes", r.io.write_bytes as i64),
         KeyValue::new("profiler.exec.processes", r.tasks.processes_started as i64),
     ]);
+    // The outcome, by OpenTelemetry's process.* names; a failure is the span's error.
+    let mut status = Status::Unset;
+    if let Some(e) = &r.exit {
+        kv.push(KeyValue::new("process.pid", e.pid as i64));
+        if let Some(code) = e.status.code {
+            kv.push(KeyValue::new("process.exit.code", code as i64));
+        }
+        if let Some(sig) = &e.status.signal {
+            kv.push(KeyValue::new("profiler.exec.exit.signal", sig.clone()));
+        }
+        if e.status.oom_killed {
+            kv.push(KeyValue::new("profiler.exec.exit.oom_killed", true));
+        }
+        if !e.status.success() {
+            status = Status::error(e.status.summary());
+        }
+    }
     if let Some(s) = r.network.as_ref().and_then(|n| n.sockets.as_ref()) {
         kv.push(KeyValue::new(
             "profiler.exec.network.rx_bytes",
@@ -139,7 +156,7 @@ pub(crate) fn span_of(
         dropped_attributes_count: 0,
         events: SpanEvents::default(),
         links: SpanLinks::default(),
-        status: Status::Unset,
+        status,
         instrumentation_scope: InstrumentationScope::builder("profiler")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),
