@@ -9,10 +9,14 @@ pub const EV_PROC_EXEC: u32 = 4;
 pub const EV_TASK_SNAPSHOT: u32 = 6;
 pub const EV_CGROUP_CREATED: u32 = 7;
 pub const EV_EXEC_FINAL: u32 = 8;
+pub const EV_PROC_ENV: u32 = 9;
 
 pub const CGROUP_PATH_LEN: usize = 256;
 pub const COMM_LEN: usize = 16;
 pub const ARGS_LEN: usize = 192;
+/// Most of an environment block sent from the kernel: its record fills the largest value of a
+/// per-CPU map (32 KiB).
+pub const ENV_LEN: usize = 32 * 1024 - PROC_ENV_HEADER;
 
 /// A cgroup of the subtree was created (EV_EXEC_CREATED when it is a new exec,
 /// EV_CGROUP_CREATED when it rolls up into one) or removed (EV_CGROUP_REMOVED).
@@ -41,3 +45,31 @@ pub struct ProcExecEvent {
     /// argv as NUL-separated strings, truncated to ARGS_LEN.
     pub args: [u8; ARGS_LEN],
 }
+
+/// The environment of one of an exec's first programs, read from its new stack when it
+/// starts (CI step and trace context: exact however short the program). Sent as the header
+/// and `len` bytes of `env`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcEnvEvent {
+    pub header: ProcEnvHeader,
+    /// NAME=value entries separated by NULs.
+    pub env: [u8; ENV_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcEnvHeader {
+    pub kind: u32,
+    pub tgid: u32,
+    pub exec_id: u64,
+    /// Bytes of `env` sent.
+    pub len: u32,
+    /// Size of the whole block (more than `len` when it was cut, 0 when unreadable).
+    pub full_len: u32,
+}
+
+/// Bytes of [`ProcEnvEvent`] before `env`.
+pub const PROC_ENV_HEADER: usize = core::mem::size_of::<ProcEnvHeader>();
+
+const _: () = assert!(core::mem::size_of::<ProcEnvEvent>() == 32 * 1024);

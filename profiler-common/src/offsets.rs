@@ -137,6 +137,8 @@ btf_offsets! {
         task_last_queued: Optional "task_struct" "sched_info.last_queued" 8 in iowait,
         mm_arg_start: Optional "mm_struct" "arg_start" 8,
         mm_arg_end: Optional "mm_struct" "arg_end" 8,
+        mm_env_start: Optional "mm_struct" "env_start" 8,
+        mm_env_end: Optional "mm_struct" "env_end" 8,
         css_set_dfl_cgrp: Required "css_set" "dfl_cgrp" 8,
         cgroup_kn: Required "cgroup" "kn" 8,
         cgroup_parent_css: Required "cgroup" "self.parent" 8,

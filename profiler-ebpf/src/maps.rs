@@ -49,6 +49,10 @@ pub(crate) const RING_BYTES: u32 = 1 << 20;
 #[map]
 pub(crate) static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_COUNTERS, 0);
 
+/// Per-CPU scratch for an environment block on its way to the ring buffer.
+#[map]
+pub(crate) static ENV_SCRATCH: PerCpuArray<ProcEnvEvent> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU scratch record for building a TaskRecord off the stack.
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<TaskRecord> = PerCpuArray::with_max_entries(1, 0);

@@ -4,7 +4,7 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    bindings::BPF_RB_FORCE_WAKEUP,
+    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_probe_read_user_buf, generated as helper},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
@@ -57,6 +57,10 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
     // A container's first program is executed after its runtime joined the exec's network
     // namespace: this is where the namespace becomes the exec's.
     note_netns(task, entry.exec_id);
+    if early {
+        // Before the exec record, which wakes the reader: both arrive in one read.
+        send_env(task, entry.exec_id);
+    }
     let Some(mut slot) = EVENTS.reserve::<ProcExecEvent>(0) else {
         drop_count(DropReason::RingBuf);
         return None;
@@ -94,6 +98,52 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
         wakeup_flag()
     });
     Some(())
+}
+
+/// The environment block of a program just started (`task` BTF-typed): on its new stack, set
+/// up before sched_process_exec fires. At most ENV_LEN bytes; userspace reads /proc for the
+/// rest of a longer one while the program runs.
+#[inline(always)]
+fn send_env(task: *const u8, exec_id: u64) {
+    let Some(ev) = ENV_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU scratch, used only within this program run.
+    let ev = unsafe { &mut *ev };
+    let h = &mut ev.header;
+    h.kind = EV_PROC_ENV;
+    h.tgid = ld::<u32>(task, off!(task_tgid));
+    h.exec_id = exec_id;
+    let mm = ld_ptr(task, off!(task_mm));
+    let start = ld::<u64>(mm, off!(mm_env_start));
+    let full = ld::<u64>(mm, off!(mm_env_end)).saturating_sub(start);
+    h.full_len = full.min(u32::MAX as u64) as u32;
+    let mut len = full as usize;
+    if len > ENV_LEN {
+        len = ENV_LEN;
+    }
+    if start != 0
+        && len > 0
+        && len <= ev.env.len()
+        // SAFETY: a user address of this task; the helper checks it.
+        && unsafe { bpf_probe_read_user_buf(start as *const u8, &mut ev.env[..len]) }.is_ok()
+    {
+        ev.header.len = len as u32;
+    } else {
+        ev.header.full_len = 0;
+        ev.header.len = 0;
+        len = 0;
+    }
+    // From the local, bounded above: the verifier does not follow a value through memory.
+    let n = PROC_ENV_HEADER + len;
+    // SAFETY: the first n bytes of the scratch record, n <= its size.
+    let bytes = unsafe { core::slice::from_raw_parts(ev as *const ProcEnvEvent as *const u8, n) };
+    if EVENTS
+        .output::<[u8]>(bytes, BPF_RB_NO_WAKEUP as u64)
+        .is_err()
+    {
+        drop_count(DropReason::RingBuf);
+    }
 }
 
 #[btf_tracepoint(function = "sched_process_exit")]

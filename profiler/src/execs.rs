@@ -45,6 +45,38 @@ impl Event {
     }
 }
 
+/// An environment record (EV_PROC_ENV): read in place, its block never copied.
+pub struct ProcEnv<'a> {
+    pub exec_id: u64,
+    pub tgid: u32,
+    /// NAME=value entries separated by NULs, as much as the kernel sent.
+    pub block: &'a [u8],
+    /// The block was longer than the record holds.
+    pub cut: bool,
+}
+
+impl<'a> ProcEnv<'a> {
+    /// The record, when `bytes` is one (None for other kinds).
+    pub fn parse(bytes: &'a [u8]) -> Option<Result<Self>> {
+        if read::<u32>(bytes).ok()? != EV_PROC_ENV {
+            return None;
+        }
+        Some((|| {
+            let h: ProcEnvHeader = read(bytes)?;
+            let len = h.len as usize;
+            let Some(block) = bytes.get(PROC_ENV_HEADER..PROC_ENV_HEADER + len) else {
+                bail!("environment record of {len} bytes cut short");
+            };
+            Ok(Self {
+                exec_id: h.exec_id,
+                tgid: h.tgid,
+                block,
+                cut: h.full_len as usize > len,
+            })
+        })())
+    }
+}
+
 /// NUL-terminated bytes to a string.
 pub fn cstr(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
@@ -704,6 +736,39 @@ mod tests {
         e.apply(&last(250, 0));
         e.apply(&removal(200));
         assert_eq!(e.get(7).unwrap().removed_ns, Some(250));
+    }
+
+    #[test]
+    fn environment_records_are_read_in_place() {
+        let record = |len: u32, full_len: u32, block: &[u8]| {
+            let h = ProcEnvHeader {
+                kind: EV_PROC_ENV,
+                tgid: 42,
+                exec_id: 7,
+                len,
+                full_len,
+            };
+            // SAFETY: plain data viewed as bytes.
+            let mut bytes = unsafe {
+                std::slice::from_raw_parts(&h as *const ProcEnvHeader as *const u8, PROC_ENV_HEADER)
+            }
+            .to_vec();
+            bytes.extend_from_slice(block);
+            bytes
+        };
+        let bytes = record(7, 7, b"A=1\0B=2");
+        let env = ProcEnv::parse(&bytes).unwrap().unwrap();
+        assert_eq!(
+            (env.exec_id, env.tgid, env.block, env.cut),
+            (7, 42, &b"A=1\0B=2"[..], false)
+        );
+        let bytes = record(3, 9000, b"A=1");
+        assert!(ProcEnv::parse(&bytes).unwrap().unwrap().cut);
+        // A length beyond the record, a short header, another kind.
+        assert!(ProcEnv::parse(&record(50, 50, b"A=1")).unwrap().is_err());
+        assert!(ProcEnv::parse(&EV_PROC_ENV.to_ne_bytes()).unwrap().is_err());
+        assert!(ProcEnv::parse(&EV_PROC_EXEC.to_ne_bytes()).is_none());
+        assert!(ProcEnv::parse(&[]).is_none());
     }
 
     #[test]

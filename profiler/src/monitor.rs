@@ -14,9 +14,9 @@ use profiler_common::*;
 use crate::{
     cgroup::{self, Hierarchy},
     cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
-    ci::CiEnv,
+    ci::{CiContext, CiEnv},
     clock::monotonic_ns,
-    execs::{Event, Execs, Followup, Live, Snapshot, args_summary, cstr},
+    execs::{Event, Execs, Followup, Live, ProcEnv, Snapshot, args_summary, cstr},
     host::{check_privileges, enable_delay_accounting, kernel_release, own_netns_inum},
     kernel_layout::{KernelBtf, KernelLayout, aya_btf},
     network::{FaultSamples, NetInput, NetReport},
@@ -71,7 +71,16 @@ pub struct Monitor {
     resolver: Option<Resolver>,
     /// Execs whose metadata was asked for and has not arrived.
     metadata_pending: HashSet<u64>,
+    /// What the environments the kernel sent at an exec's first programs say, by (exec,
+    /// tgid), until the record of the program's execve picks the exec's first program; and
+    /// whether the block was cut (then /proc is read for the rest), and the read it came in.
+    envs: HashMap<(u64, u32), (CiContext, bool, u64)>,
+    /// Reads of the ring buffer so far.
+    drains: u64,
 }
+
+/// Environments kept waiting for their program's execve record.
+const MAX_ENVS: usize = 4096;
 
 impl Monitor {
     pub fn start(opts: Options, resolver: Option<Resolver>) -> Result<Self> {
@@ -170,6 +179,8 @@ impl Monitor {
             notices,
             resolver,
             metadata_pending: HashSet::new(),
+            envs: HashMap::new(),
+            drains: 0,
         };
         for id in mon.execs.ids() {
             mon.open_files(id);
@@ -200,6 +211,21 @@ impl Monitor {
         let mut created = Vec::new();
         let mut first_program = Vec::new();
         while let Some(item) = self.probes.events.next() {
+            match ProcEnv::parse(&item) {
+                Some(Ok(env)) => {
+                    if self.execs.get(env.exec_id).is_some() && self.envs.len() < MAX_ENVS {
+                        let ci = self.opts.ci_env.context(env.block);
+                        self.envs
+                            .insert((env.exec_id, env.tgid), (ci, env.cut, self.drains));
+                    }
+                    continue;
+                }
+                Some(Err(e)) => {
+                    eprintln!("profiler: warning: bad record from the kernel: {e}");
+                    continue;
+                }
+                None => {}
+            }
             match Event::parse(&item) {
                 Ok(ev) => {
                     let has_command =
@@ -247,17 +273,24 @@ impl Monitor {
         }
         for (id, tgid, comm) in first_program {
             self.ask_again(id);
-            // Its environment says which CI step and trace the exec belongs to: read now,
-            // while the program runs (the kernel wakes the reader at an exec's first execs).
-            let ci = self
-                .opts
-                .ci_env
-                .of_process(tgid, &comm)
-                .filter(|c| !c.is_empty());
+            // Its environment says which CI step and trace the exec belongs to: as the kernel
+            // sent it when the program started; a block too long for the record is read
+            // whole from /proc while the program runs (the kernel wakes the reader at an
+            // exec's first execs), else what the record held is used.
+            let ci = match self.envs.remove(&(id, tgid)) {
+                Some((ci, false, _)) => Some(ci),
+                Some((ci, true, _)) => self.opts.ci_env.of_process(tgid, &comm).or(Some(ci)),
+                None => self.opts.ci_env.of_process(tgid, &comm),
+            };
             if let Some(e) = self.execs.get_mut(id) {
-                e.ci = ci;
+                e.ci = ci.filter(|c| !c.is_empty());
             }
         }
+        // The environments of programs that were not an exec's first (a runtime's own init)
+        // are not kept past the read after theirs (their execve record may come in that one).
+        let drains = self.drains;
+        self.envs.retain(|_, (_, _, read)| *read + 1 >= drains);
+        self.drains += 1;
     }
 
     /// Ask the container runtime about an exec (answered on the resolver's thread).

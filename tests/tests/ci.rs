@@ -63,16 +63,44 @@ fn ci_step_and_trace_come_from_the_first_programs_environment() {
         "a secret in the record: {text}"
     );
 
-    // A step of 50 ms: its program's first execve wakes the profiler, which reads in time.
-    let short = cg.child("short");
-    let sid = cgroup_id(&short);
-    run_in_env(&short, &["/bin/sleep", "0.05"], &step_env());
-    rmdir(&short);
-    let srec = p.wait_ended(sid, secs(30));
+    // Steps of a millisecond: the kernel sends the environment when the program starts.
+    for i in 0..20 {
+        let short = cg.child(&format!("short-{i}"));
+        let sid = cgroup_id(&short);
+        run_in_env(&short, &["/bin/true"], &step_env());
+        rmdir(&short);
+        let srec = p.wait_ended(sid, secs(30));
+        assert_eq!(
+            srec["ci"]["attributes"]["cicd.pipeline.run.id"], "4242",
+            "step {i}: {srec}"
+        );
+        assert_eq!(
+            srec["ci"]["trace"]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736",
+            "step {i}: {srec}"
+        );
+        if i == 0 {
+            eprintln!(
+                "MEASURED CI context of a {} ns step: {}",
+                u(&srec["wall_ns"]),
+                srec["ci"]
+            );
+        }
+    }
+    // An environment longer than the kernel's record (32 KiB), the step's variables last: read
+    // whole from /proc while the program runs.
+    let filler = "x".repeat(40 * 1024);
+    let mut long_env = vec![("FILLER", filler.as_str())];
+    long_env.extend(step_env());
+    let long = cg.child("long-env");
+    let lid = cgroup_id(&long);
+    run_in_env(&long, &["/bin/sleep", "0.3"], &long_env);
+    rmdir(&long);
+    let lrec = p.wait_ended(lid, secs(30));
     assert_eq!(
-        srec["ci"]["attributes"]["cicd.pipeline.run.id"], "4242",
-        "{srec}"
+        lrec["ci"]["attributes"]["cicd.pipeline.run.id"], "4242",
+        "{lrec}"
     );
+    assert!(!lrec.to_string().contains("xxxxxxxx"), "{lrec}");
 
     let (status, body) = backends::http_get(&prom, "/metrics").unwrap();
     assert_eq!(status, 200);
