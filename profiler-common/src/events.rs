@@ -44,6 +44,8 @@ pub struct ProcExecEvent {
     pub comm: [u8; COMM_LEN],
     /// argv as NUL-separated strings, truncated to ARGS_LEN.
     pub args: [u8; ARGS_LEN],
+    /// When the program started (CLOCK_MONOTONIC).
+    pub ts_ns: u64,
 }
 
 /// The environment of one of an exec's first programs, read from its new stack when it

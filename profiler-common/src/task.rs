@@ -133,4 +133,6 @@ pub struct TaskRecord {
     /// The process's peak resident set in pages (signal_struct.maxrss, as getrusage's
     /// ru_maxrss). Set in the record of an ended leader.
     pub max_rss_pages: u64,
+    /// When the counters were read (CLOCK_MONOTONIC): for an ended task, its end.
+    pub read_ns: u64,
 }

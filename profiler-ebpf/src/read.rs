@@ -197,6 +197,8 @@ pub(crate) fn fill_record(
     rec.flags = if rec.pid == rec.tgid { TASK_LEADER } else { 0 };
     let (iowait, had_iowait) = iowait_of(task, rec.pid);
     let delays_ok = read_counters(task, &mut rec.counters, iowait);
+    // The clock read that gave its life (before any baseline is taken off).
+    rec.read_ns = rec.start_time_ns.wrapping_add(rec.counters.life_ns);
     if !delays_ok {
         rec.flags |= TASK_NO_DELAYS;
     }

@@ -5,7 +5,7 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_probe_read_user_buf, generated as helper},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_user_buf, generated as helper},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
@@ -75,6 +75,7 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
         // Already the new program's name (set before this tracepoint fires).
         (*ev).comm = comm_of(task);
         (*ev).args_len = 0;
+        (*ev).ts_ns = bpf_ktime_get_ns();
         // The new program's argv, from its stack (set up before this tracepoint fires).
         let mm = ld_ptr(task, off!(task_mm));
         let start = ld::<u64>(mm, off!(mm_arg_start));

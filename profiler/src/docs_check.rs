@@ -18,7 +18,7 @@ use crate::{
     network::{Faults, InterfaceReport, NetReport, SampledFaults, SocketsReport, Traffic},
     record::{
         CpuReport, DiskReport, ExecExit, ExecReport, ExecState, ExitReport, Histogram, IoReport,
-        OtherReport, ProcReport, TasksReport,
+        OtherReport, Phases, ProcReport, TasksReport,
     },
     runtime::{ContainerInfo, K8s},
 };
@@ -233,6 +233,11 @@ pub(crate) fn full_record_with(ci: CiContext) -> ExecReport {
         exit: Some(ExecExit {
             pid: 7,
             status: every_exit_key(),
+        }),
+        phases: Some(Phases {
+            setup_ns: Some(1),
+            run_ns: 1,
+            teardown_ns: Some(1),
         }),
         ci: Some(CiContext {
             system,

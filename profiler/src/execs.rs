@@ -139,6 +139,17 @@ pub struct Exit {
     pub max_rss_pages: u64,
 }
 
+/// An exec's main program: the first it ran (a runtime's own init aside).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MainProgram {
+    pub tgid: u32,
+    /// Its execve (CLOCK_MONOTONIC).
+    pub started_ns: u64,
+    /// How its process ended, and when (its leader's last switch).
+    pub exit: Option<Exit>,
+    pub ended_ns: Option<u64>,
+}
+
 impl Exit {
     pub fn of(rec: &TaskRecord) -> Self {
         Self {
@@ -350,7 +361,10 @@ pub struct Exec {
     /// argv of the first program the exec ran (its first execve).
     pub command: Option<String>,
     /// The process that ran that program, and how it ended: the exec's outcome.
-    pub main: Option<(u32, Option<Exit>)>,
+    pub main: Option<MainProgram>,
+    /// A container runtime's own init ran in the exec (runc init): the time before the main
+    /// program is the runtime's setup.
+    pub runtime_init: bool,
     /// What the container runtime says about the exec: None until the answer is in.
     pub metadata: Option<Lookup>,
     /// Times its metadata was asked for.
@@ -444,6 +458,7 @@ impl Execs {
             final_figures: None,
             command: None,
             main: None,
+            runtime_init: false,
             metadata: None,
             metadata_asked: 0,
             ci: None,
@@ -530,21 +545,29 @@ impl Execs {
             Event::TaskEnd(t) => {
                 if let Some(e) = self.execs.get_mut(&t.exec_id) {
                     e.procs.on_task_end(t);
-                    if let Some((tgid, exit)) = &mut e.main
-                        && *tgid == t.tgid
+                    if let Some(m) = &mut e.main
+                        && m.tgid == t.tgid
                         && t.flags & TASK_LEADER != 0
                     {
-                        *exit = Some(Exit::of(t));
+                        m.exit = Some(Exit::of(t));
+                        m.ended_ns = Some(t.read_ns);
                     }
                 }
             }
             Event::ProcExec(x) => {
                 if let Some(e) = self.execs.get_mut(&x.exec_id) {
                     let n = (x.args_len as usize).min(ARGS_LEN);
-                    if e.command.is_none() && !is_runtime_init(&x.args[..n]) {
+                    let init = is_runtime_init(&x.args[..n]);
+                    e.runtime_init |= init;
+                    if e.command.is_none() && !init {
                         e.command =
                             Some(args_summary(&x.args[..n], ARGS_LEN)).filter(|c| !c.is_empty());
-                        e.main = Some((x.tgid, None));
+                        e.main = Some(MainProgram {
+                            tgid: x.tgid,
+                            started_ns: x.ts_ns,
+                            exit: None,
+                            ended_ns: None,
+                        });
                     }
                     e.procs.on_exec(
                         x.tgid,
@@ -693,6 +716,7 @@ mod tests {
                 ..Default::default()
             },
             max_rss_pages: 0,
+            read_ns: 0,
         }
     }
 

@@ -52,6 +52,9 @@ pub struct ExecReport {
     /// no program was seen starting).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExecExit>,
+    /// The exec's wall time split at its main program's start and end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
     /// The CI step and trace the exec belongs to, from its first program's environment.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ci: Option<CiContext>,
@@ -324,6 +327,36 @@ impl From<&Exit> for ExitReport {
     }
 }
 
+/// An exec's wall time in phases (docs/figures.md, "Phases"): the container runtime's setup
+/// up to the main program's execve, the program's run to its process's end, and the teardown
+/// to the exec's end. For a container they sum to the wall time.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Phases {
+    /// Absent for an exec no container runtime set up (its start is the program's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_ns: Option<u64>,
+    /// Up to the record for a program still running.
+    pub run_ns: u64,
+    /// Absent until the main program has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teardown_ns: Option<u64>,
+}
+
+impl Phases {
+    /// None when the exec's main program was not seen starting.
+    fn of(exec: &Exec, end_ns: u64) -> Option<Self> {
+        let m = exec.main?;
+        let start = m.started_ns.clamp(exec.started_ns, end_ns);
+        let ended = m.ended_ns.map(|t| t.clamp(start, end_ns));
+        Some(Self {
+            setup_ns: (exec.runtime_init || exec.container().is_some())
+                .then(|| start - exec.started_ns),
+            run_ns: ended.unwrap_or(end_ns) - start,
+            teardown_ns: ended.map(|t| end_ns - t),
+        })
+    }
+}
+
 /// The exec's outcome: how its main program's process ended.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ExecExit {
@@ -438,12 +471,13 @@ impl ExecReport {
             cgroup_id: exec.id,
             container: exec.container().cloned(),
             command: exec.command.clone(),
-            exit: exec.main.and_then(|(pid, exit)| {
+            exit: exec.main.and_then(|m| {
                 Some(ExecExit {
-                    pid,
-                    status: (&exit?).into(),
+                    pid: m.tgid,
+                    status: (&m.exit?).into(),
                 })
             }),
+            phases: Phases::of(exec, end_ns),
             ci: exec.ci.clone(),
             state: if exec.removed_ns.is_some() {
                 ExecState::Ended

@@ -233,6 +233,17 @@ pub fn run_born_in(dir: &Path, argv: &[&str]) -> u32 {
     child.pid as u32
 }
 
+/// Reap child `pid`: its wait status and resource usage.
+pub fn wait4(pid: i32) -> (i32, libc::rusage) {
+    let mut status = 0;
+    // SAFETY: rusage is plain data; waiting for our own child.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::wait4(pid, &mut status, 0, &mut ru), pid);
+        (status, ru)
+    }
+}
+
 /// `dd` of `count` blocks of `bs` zeros to `file` with O_DIRECT, born in the cgroup `dir`
 /// (see [`run_born_in`]); returns its pid.
 pub fn direct_write_in(dir: &Path, file: &Path, bs: &str, count: u32) -> u32 {

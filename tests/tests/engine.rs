@@ -755,17 +755,6 @@ fn exit_status_and_peak_memory_match_wait4() {
     assert_eq!(code, 0);
 }
 
-/// Reap child `pid`: its wait status and resource usage.
-fn wait4(pid: i32) -> (i32, libc::rusage) {
-    let mut status = 0;
-    // SAFETY: rusage is plain data; waiting for our own child.
-    unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::wait4(pid, &mut status, 0, &mut ru), pid);
-        (status, ru)
-    }
-}
-
 /// A named cgroup v1 hierarchy mounted for the test, unmounted on drop.
 struct V1Mount(std::path::PathBuf);
 

@@ -38,6 +38,17 @@ fn check_cpu(what: &str, rec: &Value, truth_ns: u64) {
 }
 
 /// Written bytes of a direct-IO workload: the size written, plus at most 1% (metadata).
+/// A container's phases: the runtime's setup, the command's run, the teardown, which sum to
+/// its wall time; the command ran at least `min_run_ns` (what it spun for, by its own clock).
+/// (The main process's CPU time is no bound: before its execve it was the runtime's init.)
+fn check_phases(what: &str, rec: &Value, min_run_ns: u64) {
+    let ph = &rec["phases"];
+    let (setup, run, teardown) = (u(&ph["setup_ns"]), u(&ph["run_ns"]), u(&ph["teardown_ns"]));
+    assert_eq!(setup + run + teardown, u(&rec["wall_ns"]), "{what}: {rec}");
+    assert!(setup > 0 && run > 0 && run >= min_run_ns, "{what}: {ph}");
+    eprintln!("MEASURED {what} phases: setup {setup} ns, run {run} ns, teardown {teardown} ns");
+}
+
 fn check_written(what: &str, rec: &Value, n: u64) {
     let w = u(&rec["disk"]["write_bytes"]);
     report(&format!("{what} disk write bytes"), w as f64, n as f64);
@@ -104,6 +115,7 @@ fn docker_containers_are_execs_named_by_docker() {
     assert_eq!(rec["network"]["namespace"], "own", "{}", rec["network"]);
     check_written("docker container", &rec, 16 * MIB);
     check_cpu("docker container", &rec, truth);
+    check_phases("docker container", &rec, 300_000_000);
 
     // A container of a few milliseconds, removed at once: named all the same.
     let short = format!("pt-short-{pid}");
@@ -121,6 +133,7 @@ fn docker_containers_are_execs_named_by_docker() {
     assert_eq!(container(&rec, "command"), Some("true"));
     assert!(u(&rec["cpu"]["on_cpu_ns"]) > 0, "{rec}");
     assert_eq!(rec["exit"]["code"], 0, "{rec}");
+    check_phases("docker short container", &rec, 0);
 
     // A failing container: its outcome is its process 1's, as docker reports it.
     let failing = format!("pt-fail-{pid}");
@@ -309,6 +322,7 @@ fn buildkit_steps_are_execs_with_exact_figures() {
         cpu,
         cpu_ns_lines(&output_of(steps[1]))[0],
     );
+    check_phases("buildkit 2 ms step", short, 2_000_000);
     // A step of 2 ms: its spin, at least, and its cgroup's CPU time.
     assert!(u(&short["cpu"]["on_cpu_ns"]) >= 2_000_000, "{short}");
     check_cpu(

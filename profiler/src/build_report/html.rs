@@ -346,6 +346,17 @@ fn timeline(s: &mut String, build: &Build) {
                 x += sw;
             }
         }
+        // The runtime's setup, before the step's command ran: veiled, the bar's parts still
+        // showing through (they are the exec's whole task time).
+        if let Some(setup) = r.phases.as_ref().and_then(|p| p.setup_ns)
+            && r.wall_ns > 0
+        {
+            let sw = w * setup.min(r.wall_ns) as f64 / r.wall_ns as f64;
+            let _ = write!(
+                s,
+                "<rect class=\"setup\" x=\"{x0:.2}\" y=\"{by:.2}\" width=\"{sw:.2}\" height=\"{bar_h:.2}\"/>"
+            );
+        }
         if r.state == State::Running {
             let _ = write!(
                 s,
@@ -359,8 +370,9 @@ fn timeline(s: &mut String, build: &Build) {
         let _ = write!(s, "<i class=\"{key}\"></i>{label} ");
     }
     s.push_str(
-        "<i class=\"none\"></i>no tasks &nbsp; <i class=\"open\"></i>dashed: still running \
-         when recorded</p>\n</section>\n",
+        "<i class=\"none\"></i>no tasks &nbsp; <i class=\"setup\"></i>veiled: the container \
+         runtime's setup, before the step's command &nbsp; <i class=\"open\"></i>dashed: still \
+         running when recorded</p>\n</section>\n",
     );
 }
 
@@ -655,6 +667,26 @@ fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
     }
     if let Some(cmd) = &r.command {
         row(s, "command", "first program", esc(&shorten_front(cmd, 200)));
+    }
+    if let Some(e) = &r.exit {
+        let v = esc(&e.status.summary());
+        let v = if r.failed() {
+            format!("<span class=\"failed\">{v}</span>")
+        } else {
+            v
+        };
+        row(s, "exit", "its end", format!("{v} (pid {})", e.pid));
+    }
+    if let Some(p) = &r.phases {
+        let mut x = String::new();
+        if let Some(setup) = p.setup_ns {
+            let _ = write!(x, "runtime setup {} &middot; ", dur(setup));
+        }
+        let _ = write!(x, "command {}", dur(p.run_ns));
+        if let Some(t) = p.teardown_ns {
+            let _ = write!(x, " &middot; teardown {}", dur(t));
+        }
+        row(s, "phases", "phases", x);
     }
     if let Some(ci) = r.ci() {
         for (key, th, td) in ci_rows(ci) {

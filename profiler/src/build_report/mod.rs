@@ -34,6 +34,9 @@ pub struct Record {
     /// How that program's process ended: written once it has.
     #[serde(default)]
     pub exit: Option<crate::record::ExecExit>,
+    /// Written when that program was seen starting.
+    #[serde(default)]
+    pub phases: Option<crate::record::Phases>,
     /// Written only when that program's environment named a CI step or a trace.
     #[serde(default)]
     pub ci: Option<Ci>,

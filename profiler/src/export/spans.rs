@@ -111,6 +111,17 @@ pub(crate) fn span_of(
         KeyValue::new("profiler.exec.io.write_bytes", r.io.write_bytes as i64),
         KeyValue::new("profiler.exec.processes", r.tasks.processes_started as i64),
     ]);
+    if let Some(ph) = &r.phases {
+        for (k, v) in [
+            ("profiler.exec.phase.setup", ph.setup_ns),
+            ("profiler.exec.phase.run", Some(ph.run_ns)),
+            ("profiler.exec.phase.teardown", ph.teardown_ns),
+        ] {
+            if let Some(v) = v {
+                kv.push(KeyValue::new(k, secs(v)));
+            }
+        }
+    }
     // The outcome, by OpenTelemetry's process.* names; a failure is the span's error.
     let mut status = Status::Unset;
     if let Some(e) = &r.exit {
