@@ -45,6 +45,9 @@ pub struct Options {
     pub limits: Limits,
     /// Which environment variables of each exec's first program give its CI step and trace.
     pub ci_env: CiEnv,
+    /// Cgroups below the attached one whose children are execs, as the attached cgroup's are
+    /// (dockerd's `buildkit/` beside its containers): absolute, existing.
+    pub nests: Vec<PathBuf>,
 }
 
 pub struct Monitor {
@@ -701,12 +704,27 @@ fn register_existing(
     let base = opts.cgroup.clone();
     cgroup::walk(&base, &mut |f| {
         ids.insert(f.path.clone(), f.id);
-        let exec_id = if f.depth <= opts.exec_depth {
+        if opts.nests.contains(&f.path) {
+            // Depth 0 in the kernel's table too: the cgroups made in it later are execs.
+            let root = ids[&base];
+            probes.add_cgroup(f.id, root, 0)?;
+            execs.add_rolled_up(f.id, root);
+            return Ok(());
+        }
+        // Depth counts from the innermost nest the cgroup is in, else from the attached one.
+        let top = opts
+            .nests
+            .iter()
+            .filter(|n| f.path.starts_with(n))
+            .max_by_key(|n| n.components().count())
+            .unwrap_or(&base);
+        let rel = f.path.strip_prefix(top).unwrap_or(Path::new(""));
+        let depth = rel.components().count() as u32;
+        let exec_id = if depth <= opts.exec_depth {
             f.id
         } else {
             // The ancestor at exec depth.
-            let rel = f.path.strip_prefix(&base).unwrap_or(Path::new(""));
-            let anc: PathBuf = base.join(
+            let anc: PathBuf = top.join(
                 rel.components()
                     .take(opts.exec_depth as usize)
                     .collect::<PathBuf>(),
@@ -714,7 +732,7 @@ fn register_existing(
             *ids.get(&anc)
                 .context("ancestor of a cgroup vanished during the walk")?
         };
-        probes.add_cgroup(f.id, exec_id, f.depth)?;
+        probes.add_cgroup(f.id, exec_id, depth)?;
         if exec_id == f.id {
             execs.add_exec(f.id, &h.kernel_path(&f.path), now);
         } else {

@@ -163,6 +163,32 @@ fn docker_containers_are_execs_named_by_docker() {
         .unwrap_or_else(|| panic!("the main process is listed: {rec}"));
     assert_eq!(sh["args"], "sh -c exit 7", "{rec}");
 
+    // A build's RUN steps are execs of `--runtime docker` too (dockerd's BuildKit puts them
+    // in docker/buildkit/, which the profiler watches as a nest of execs), named as BuildKit's.
+    let ctx = Scratch::new("docker-build");
+    let step = "busy 2000 && echo built";
+    fs::write(
+        ctx.0.join("Dockerfile"),
+        format!("FROM pbase:1\nRUN {step}\n"),
+    )
+    .unwrap();
+    d.docker_ok(&[
+        "build",
+        "--network",
+        "none",
+        "--no-cache",
+        "-t",
+        "pt-docker-build:1",
+        ctx.0.to_str().unwrap(),
+    ]);
+    let cmd = format!("/bin/sh -c {step}");
+    let rec = p.wait_ended_where(step, secs(60), |r| container(r, "command") == Some(&cmd));
+    assert_eq!(container(&rec, "runtime"), Some("buildkit"), "{rec}");
+    let path = rec["exec"].as_str().unwrap();
+    assert!(path.starts_with("buildkit/"), "the step's own exec: {rec}");
+    assert!(u(&rec["cpu"]["on_cpu_ns"]) >= 2_000_000, "{rec}");
+    assert_eq!(rec["exit"]["code"], 0, "{rec}");
+
     // A cgroup that looks like a container but that docker does not know.
     let ghost = v2_mount().join("docker").join("0".repeat(64));
     fs::create_dir(&ghost).unwrap();

@@ -1,6 +1,9 @@
 //! `profiler attach`: watch a cgroup subtree (or a container runtime's) until interrupted.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result, bail};
 use tokio::{
@@ -51,6 +54,22 @@ fn attach_dir(h: &Hierarchy, args: &AttachArgs, connected: Option<&Connected>) -
     Ok(dir)
 }
 
+/// The runtime's nests of execs under the watched parent, made when the runtime has not made
+/// them yet (it does at its first exec there): dockerd's `buildkit/`, so that `--runtime
+/// docker` reports each RUN step of a build, not one exec of them all.
+fn nests(h: &Hierarchy, dir: &Path, c: &Connected) -> Result<Vec<PathBuf>> {
+    c.nests
+        .iter()
+        .map(|n| {
+            let nest = dir.join(n);
+            if !nest.exists() {
+                h.create(&nest)?;
+            }
+            Ok(nest)
+        })
+        .collect()
+}
+
 pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     let h = Hierarchy::find()?;
     crate::host::check_privileges()?;
@@ -61,10 +80,13 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let exporters = start_exporters(&args.common)?;
     let ci_env = CiEnv::new(&args.common.ci_env).map_err(anyhow::Error::msg)?;
-    let mut mon = Monitor::start(
-        options(&args.common, &ci_env, dir.clone(), args.exec_depth),
-        Some(resolver),
-    )?;
+    let mut opts = options(&args.common, &ci_env, dir.clone(), args.exec_depth);
+    if args.cgroup.is_none()
+        && let Some(c) = &connected
+    {
+        opts.nests = nests(&h, &dir, c)?;
+    }
+    let mut mon = Monitor::start(opts, Some(resolver))?;
     eprintln!(
         "profiler: attached to {} (exec depth {}, {} exec(s) present)",
         dir.display(),

@@ -136,6 +136,7 @@ pub(crate) fn options(
             max_baselines: 16384,
         },
         ci_env: ci_env.clone(),
+        nests: Vec::new(),
     }
 }
 

@@ -391,6 +391,9 @@ pub struct Connected {
     pub systemd: bool,
     /// How the runtime was found, said once at start.
     pub describe: String,
+    /// Cgroups under the parent whose children are execs too (relative to the parent):
+    /// dockerd's BuildKit puts its RUN steps in `buildkit/` beside its containers.
+    pub nests: Vec<PathBuf>,
 }
 
 /// Reads runtime metadata on its own thread.
@@ -548,6 +551,12 @@ fn connect(
             cgroup_parent: mount.join(parent),
             systemd,
             describe,
+            // (With the systemd driver the steps are scopes beside the containers.)
+            nests: if kind == RuntimeKind::Docker && !systemd {
+                vec![PathBuf::from("buildkit")]
+            } else {
+                Vec::new()
+            },
         },
     ))
 }
