@@ -581,7 +581,7 @@ impl Execs {
                     e.final_figures = Some(*f);
                     // A task still exiting at the cgroup's removal (its cgroup_exit() came
                     // before its last switch) ends the exec when it is done: the exec's wall
-                    // holds its tasks' lives (docs/figures.md, "Records").
+                    // holds its tasks' lives (docs/figures.md, "When an exec ends").
                     if let Some(end) = e.removed_ns.as_mut() {
                         *end = (*end).max(f.ts_ns);
                     }

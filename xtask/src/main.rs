@@ -404,6 +404,23 @@ fn test(filter: Option<&str>) -> Result<()> {
     ])?;
     let dist = dist::dist()?;
     let image = dist::image()?;
+    if let Some(f) = filter {
+        // A filter that matches nothing would pass: a renamed test must not go unnoticed.
+        let listed = output(cargo().args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "profiler-ebpf",
+            "--",
+            "--list",
+            "--format",
+            "terse",
+            f,
+        ]))?;
+        if !listed.lines().any(|l| l.ends_with(": test")) {
+            bail!("no test matches {f:?}: `cargo test --workspace -- --list` names them all");
+        }
+    }
     let mut unit = cargo();
     unit.args([
         "test",

@@ -7,7 +7,7 @@
 //! qemu, e2fsprogs and cpio.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     fs,
     io::Write as _,
     path::{Path, PathBuf},
@@ -390,20 +390,78 @@ struct Outcome {
     release: String,
     /// Test name -> "ok" | "FAILED" | "ignored".
     tests: BTreeMap<String, String>,
-    /// Exit codes of the test binaries, in order.
+    /// Exit codes of the test binaries, in order (-1: none written).
     codes: Vec<i32>,
     /// Where the guest's serial console and test output were kept (on failure).
     logs: PathBuf,
     first_error: Option<String>,
+    /// What makes the run fail besides a test's result: the guest kernel's own report of
+    /// trouble, an init script that did not end, tests expected that did not run.
+    faults: Vec<String>,
 }
 
 impl Outcome {
+    /// Every binary ran and exited 0, every expected test ran and passed, and the guest
+    /// itself went right: its init script ended and its kernel reported no trouble.
     fn passed(&self) -> bool {
-        !self.codes.is_empty()
+        self.faults.is_empty()
+            && !self.codes.is_empty()
             && self.codes.iter().all(|&c| c == 0)
             && !self.tests.is_empty()
             && self.tests.values().all(|v| v == "ok")
     }
+}
+
+/// Tests of each binary that the guest must run: the binary's own list (libtest's --list,
+/// run here), with the filter the guest gets.
+fn expected_tests(bin: &Path, filter: &str) -> Result<BTreeSet<String>> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--list", "--format", "terse", "--include-ignored"]);
+    cmd.args(filter.split_whitespace());
+    let out = output(&mut cmd)?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The filter each test binary gets in the guest: the user's, else the tests that can run
+/// there (the guest has no ip(8) with namespace support: of the network tests, only those in
+/// the host namespace run; of the runtime tests, those of containerd and runc, as there is no
+/// dockerd or podman).
+fn guest_filter(bin: &Path, filter: Option<&str>) -> String {
+    let name = bin.file_name().unwrap_or_default().to_string_lossy();
+    match filter {
+        Some(f) => f.to_owned(),
+        None if name.starts_with("network-") => "host_netns".into(),
+        None if name.starts_with("runtimes-") => "containerd_and_runc".into(),
+        None => String::new(),
+    }
+}
+
+/// What a run lacks: each binary's exit code, and each test its list says must run.
+fn missing_results(
+    bins: &[PathBuf],
+    expected: &[BTreeSet<String>],
+    ran: &[BTreeSet<String>],
+    codes: &[Option<i32>],
+) -> Vec<String> {
+    let mut faults = Vec::new();
+    for (i, bin) in bins.iter().enumerate() {
+        let name = bin.file_name().unwrap_or_default().to_string_lossy();
+        if codes[i].is_none() {
+            faults.push(format!("{name} left no exit code"));
+        }
+        if expected[i].is_empty() {
+            faults.push(format!("{name}: its filter matches no test"));
+        }
+        let absent: Vec<&String> = expected[i].difference(&ran[i]).collect();
+        if !absent.is_empty() {
+            faults.push(format!("{name}: tests that did not run: {absent:?}"));
+        }
+    }
+    faults
 }
 
 fn run_kernel(
@@ -488,22 +546,32 @@ fn run_kernel(
     };
     let mut tests = BTreeMap::new();
     let mut codes = Vec::new();
+    let mut ran = Vec::new();
+    let mut expected = Vec::new();
     let mut text = String::new();
-    for i in 0..bins.tests.len() {
+    for (i, bin) in bins.tests.iter().enumerate() {
         let out = fs::read_to_string(results.join(format!("{i}.txt"))).unwrap_or_default();
+        let mut names = BTreeSet::new();
         for line in out.lines() {
             if let Some(rest) = line.strip_prefix("test ")
                 && let Some((name, result)) = rest.split_once(" ... ")
             {
                 let r = result.split([',', ' ']).next().unwrap_or("").to_owned();
                 tests.insert(name.to_owned(), r);
+                names.insert(name.to_owned());
             }
         }
-        if let Ok(rc) = fs::read_to_string(results.join(format!("{i}.rc"))) {
-            codes.push(rc.trim().parse().unwrap_or(-1));
-        }
+        ran.push(names);
+        expected.push(expected_tests(bin, &guest_filter(bin, filter))?);
+        codes.push(
+            fs::read_to_string(results.join(format!("{i}.rc")))
+                .ok()
+                .map(|rc| rc.trim().parse().unwrap_or(-1)),
+        );
         text.push_str(&out);
     }
+    let mut faults = missing_results(&bins.tests, &expected, &ran, &codes);
+    let codes: Vec<i32> = codes.into_iter().map(|c| c.unwrap_or(-1)).collect();
     let serial_text = fs::read_to_string(&serial).unwrap_or_default();
     let trouble = kernel_trouble(&serial_text);
     // A test that started and never ended: the guest died or hung under it.
@@ -534,15 +602,27 @@ fn run_kernel(
             Some(t) => format!("{e} (during {t})"),
             None => e,
         });
+    if let Some(t) = &trouble {
+        faults.push(format!(
+            "the guest kernel reported trouble: {}",
+            t.lines().next().unwrap_or_default()
+        ));
+    }
+    if status.is_none() {
+        faults.push(format!("timed out after {KERNEL_TIMEOUT:?}"));
+    } else if !serial_text.contains("init: done") {
+        faults.push("the guest stopped before its init script ended".to_owned());
+    }
     let mut outcome = Outcome {
         release: k.release.clone(),
         tests,
         codes,
         logs: dir.clone(),
         first_error,
+        faults,
     };
     // CI keeps only what is printed: show the kernel's own account of what went wrong.
-    if let Some(t) = trouble.as_ref().filter(|_| !outcome.passed()) {
+    if let Some(t) = &trouble {
         eprintln!("vmtest: {name}: the guest kernel reported:\n{t}");
     }
     if status.is_none() {
@@ -647,18 +727,9 @@ fn init_script(
     ));
     for (i, t) in bins.tests.iter().enumerate() {
         let r = results.display();
-        let name = t.file_name().unwrap_or_default().to_string_lossy();
-        // The guest has no ip(8) with namespace support: of the network tests, only those in
-        // the host namespace run there (they prove the network programs load on each kernel).
-        // Of the runtime tests, those of containerd and runc (no dockerd or podman there).
-        let filter = match filter {
-            Some(f) => format!(" {f}"),
-            None if name.starts_with("network-") => " host_netns".into(),
-            None if name.starts_with("runtimes-") => " containerd_and_runc".into(),
-            None => String::new(),
-        };
+        let filter = guest_filter(t, filter);
         s.push_str(&format!(
-            "{} --test-threads=1 --include-ignored --show-output{filter} > {r}/{i}.txt 2>&1\necho $? > {r}/{i}.rc\n",
+            "{} --test-threads=1 --include-ignored --show-output {filter} > {r}/{i}.txt 2>&1\necho $? > {r}/{i}.rc\n",
             t.display()
         ));
     }
@@ -857,11 +928,15 @@ fn print_table(table: &[(String, String, Result<Outcome>)], took: Duration) {
         match o {
             Ok(o) if o.passed() => println!("vmtest: {n}: all passed"),
             Ok(o) => println!(
-                "vmtest: {n}: FAILED (exit codes {:?}){}; logs kept in {}",
+                "vmtest: {n}: FAILED (exit codes {:?}){}{}; logs kept in {}",
                 o.codes,
+                o.faults
+                    .iter()
+                    .map(|f| format!("; {f}"))
+                    .collect::<String>(),
                 o.first_error
                     .as_ref()
-                    .map(|e| format!(": {e}"))
+                    .map(|e| format!("; first error: {e}"))
                     .unwrap_or_default(),
                 o.logs.display()
             ),
@@ -873,6 +948,48 @@ fn print_table(table: &[(String, String, Result<Outcome>)], took: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_without_every_code_and_expected_test_fails() {
+        let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let bins = [PathBuf::from("/t/engine-1"), PathBuf::from("/t/network-2")];
+        let ok = missing_results(
+            &bins,
+            &[set(&["a", "b"]), set(&["host_netns_x"])],
+            &[set(&["a", "b"]), set(&["host_netns_x"])],
+            &[Some(0), Some(0)],
+        );
+        assert!(ok.is_empty(), "{ok:?}");
+        let bad = missing_results(
+            &bins,
+            &[set(&["a", "b"]), set(&[])],
+            &[set(&["a"]), set(&[])],
+            &[Some(0), None],
+        );
+        assert_eq!(
+            bad,
+            [
+                r#"engine-1: tests that did not run: ["b"]"#,
+                "network-2 left no exit code",
+                "network-2: its filter matches no test",
+            ]
+        );
+        let o = |faults: Vec<String>| Outcome {
+            release: "6.1".into(),
+            tests: BTreeMap::from([("a".to_owned(), "ok".to_owned())]),
+            codes: vec![0],
+            logs: PathBuf::new(),
+            first_error: None,
+            faults,
+        };
+        assert!(o(vec![]).passed());
+        assert!(
+            !o(vec![
+                "the guest stopped before its init script ended".into()
+            ])
+            .passed()
+        );
+    }
 
     #[test]
     fn kernel_trouble_is_found_with_its_stack() {
