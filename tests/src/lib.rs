@@ -102,6 +102,19 @@ impl TestCgroup {
         for c in available.split_whitespace() {
             let _ = fs::write(path.join("cgroup.subtree_control"), format!("+{c}"));
         }
+        // Where the runner says which the execs must have (the VM guests), a missing one is a
+        // failure, not a quiet fall into the hybrid host's branch of a test.
+        if let Ok(want) = std::env::var("PROFILER_TEST_CONTROLLERS") {
+            let got = fs::read_to_string(path.join("cgroup.subtree_control")).unwrap_or_default();
+            for c in want.split_whitespace() {
+                assert!(
+                    got.split_whitespace().any(|g| g == c),
+                    "the execs of {} lack the {c} controller (PROFILER_TEST_CONTROLLERS={want}): \
+                     subtree_control has {got:?}",
+                    path.display()
+                );
+            }
+        }
         Self { path }
     }
 

@@ -718,6 +718,8 @@ fn init_script(
          ip link set lo up\n\
          export HOME=/tmp RUST_BACKTRACE=1 PROFILER_BIN={} BUSY_BIN={} NETPEER_BIN={} PROFILER_SCRATCH=/scratch PROFILER_TEST_TIME_SCALE={TIME_SCALE}\n\
          export PATH=/bin:/usr/bin:/usr/sbin PROFILER_STATIC_BINS={}\n\
+         # A pure cgroup v2 guest: every test's execs must get these controllers.\n\
+         export PROFILER_TEST_CONTROLLERS='cpu io memory pids'\n\
          # The guest's root is the initramfs, where pivot_root(2) cannot work.\n\
          export PROFILER_TEST_NO_PIVOT=1\n",
         bins.profiler.display(),
