@@ -457,6 +457,21 @@ impl Attached {
         self.child.id()
     }
 
+    /// Where `--prometheus 127.0.0.1:0` serves, as the profiler said when it bound the port
+    /// (a port found free and released before the profiler binds it can be taken meanwhile).
+    pub fn prometheus_addr(&self) -> String {
+        let lines = self.stderr.lock().unwrap().clone();
+        lines
+            .iter()
+            .find_map(|l| {
+                l.split("serving Prometheus metrics at http://")
+                    .nth(1)?
+                    .strip_suffix("/metrics")
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| panic!("the profiler said no Prometheus address: {lines:?}"))
+    }
+
     /// Records received so far.
     pub fn records(&self) -> Vec<Value> {
         self.records.lock().unwrap().clone()

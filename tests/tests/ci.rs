@@ -28,13 +28,11 @@ fn step_env() -> Vec<(&'static str, &'static str)> {
 #[test]
 fn ci_step_and_trace_come_from_the_first_programs_environment() {
     let cg = TestCgroup::new("ci");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let prom = format!("127.0.0.1:{port}");
-    let p = Attached::start(&cg, &["--ci-env", "BUILD_STEP", "--prometheus", &prom]);
+    let p = Attached::start(
+        &cg,
+        &["--ci-env", "BUILD_STEP", "--prometheus", "127.0.0.1:0"],
+    );
+    let prom = p.prometheus_addr();
     let e = cg.child("step");
     let id = cgroup_id(&e);
     run_in_env(&e, &["/bin/sleep", "0.3"], &step_env());

@@ -551,12 +551,11 @@ fn sigterm_makes_a_final_export() {
 fn prometheus_scrapes_per_exec_values() {
     let cg = TestCgroup::new("prom");
     let scratch = scratch_dir("prom");
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let addr = format!("127.0.0.1:{port}");
-    let p = Attached::start(&cg, &["--prometheus", &addr, "--sample-interval", "200ms"]);
+    let p = Attached::start(
+        &cg,
+        &["--prometheus", "127.0.0.1:0", "--sample-interval", "200ms"],
+    );
+    let addr = p.prometheus_addr();
     let prom = Prometheus::start(&addr, Duration::from_secs(1));
     let e = cg.child("job-a");
     let id = cgroup_id(&e);
@@ -813,4 +812,35 @@ fn bad_export_settings_fail_before_attaching() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// Test: `--no-export-command-line` keeps build commands, which may carry credentials, out of
+/// the exported series; the local record keeps the command.
+#[test]
+fn no_export_command_line_keeps_commands_out_of_exports() {
+    let cg = TestCgroup::new("nocmd");
+    let p = Attached::start(
+        &cg,
+        &["--prometheus", "127.0.0.1:0", "--no-export-command-line"],
+    );
+    let prom = p.prometheus_addr();
+    let e = cg.child("job");
+    let id = cgroup_id(&e);
+    let secret = "token=s3cr3t-not-for-export";
+    run_born_in(&e, &["sh", "-c", &format!("true {secret}")]);
+    rmdir(&e);
+    let rec = p.wait_ended(id, secs(30));
+    assert!(
+        rec["command"].as_str().unwrap_or_default().contains(secret),
+        "the record keeps the command: {rec}"
+    );
+    let (status, body) = backends::http_get(&prom, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(&format!("profiler_exec_cgroup_id=\"{id}\"")),
+        "the exec is exported: {body}"
+    );
+    assert!(!body.contains("s3cr3t"), "{body}");
+    assert!(!body.contains("process_command_line"), "{body}");
+    p.stop();
 }

@@ -76,12 +76,6 @@ const WORK: &str = "busy 300000 && dd if=/dev/zero of=/io bs=1M count=16 oflag=d
 fn docker_containers_are_execs_named_by_docker() {
     let d = Dockerd::start();
     d.docker_ok(&["import", base_image_tar().to_str().unwrap(), "pbase:1"]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let prom = format!("127.0.0.1:{port}");
     let p = Attached::start_with(
         &[
             "--runtime".into(),
@@ -89,10 +83,11 @@ fn docker_containers_are_execs_named_by_docker() {
             "--runtime-endpoint".into(),
             d.socket.display().to_string(),
             "--prometheus".into(),
-            prom.clone(),
+            "127.0.0.1:0".into(),
         ],
         &[],
     );
+    let prom = p.prometheus_addr();
     let pid = std::process::id();
     let name = format!("pt-work-{pid}");
     let out = d.docker_ok(&[
