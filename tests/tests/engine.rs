@@ -402,8 +402,8 @@ fn io_wait_and_run_queue_delay_tile_when_woken_tasks_move() {
         }
         assert!(u(&c["iowait_waits"]) >= 50, "dd's IO waits: {rec}");
         // The kernel's own figures of the task: on-CPU and run-queue delay exact.
-        assert_eq!(on, f[0], "on-CPU vs /proc/PID/schedstat: {rec}");
-        assert_eq!(rq, f[1], "run-queue delay vs /proc/PID/schedstat: {rec}");
+        assert_eq!(on, f.0, "on-CPU vs /proc/PID/schedstat: {rec}");
+        assert_eq!(rq, f.1, "run-queue delay vs /proc/PID/schedstat: {rec}");
         // The parts are in the scheduler's clock and task time in CLOCK_MONOTONIC: one TSC,
         // which NTP may slew by up to 500 ppm. Where the kernel distrusts the TSC, the
         // scheduler's clock of each CPU is kept within a tick of CLOCK_MONOTONIC, and each
@@ -429,16 +429,10 @@ fn io_wait_and_run_queue_delay_tile_when_woken_tasks_move() {
     let _ = fs::remove_dir_all(&scratch);
 }
 
-/// /proc/PID/schedstat (on-CPU, run delay, timeslices) of an exited child, once its last
-/// switch is done: the dying task runs on after its parent can see it exit.
-fn settled_schedstat(pid: i32) -> Vec<u64> {
-    let read = || -> Vec<u64> {
-        fs::read_to_string(format!("/proc/{pid}/schedstat"))
-            .unwrap()
-            .split_whitespace()
-            .map(|v| v.parse().unwrap())
-            .collect()
-    };
+/// /proc/PID/schedstat (on-CPU, run delay) of an exited child, once its last switch is done:
+/// the dying task runs on after its parent can see it exit.
+fn settled_schedstat(pid: i32) -> (u64, u64) {
+    let read = || schedstat(pid as u32);
     let mut last = read();
     for _ in 0..1000 {
         thread::sleep(Duration::from_millis(1));
@@ -898,23 +892,40 @@ fn exec_running_at_attach_is_partial_and_counted_from_attach() {
 /// SIGINT flushes: a running exec is reported with its figures so far, exit 0.
 #[test]
 fn sigint_reports_running_execs_and_exits_zero() {
-    let cg = TestCgroup::new("sigint");
-    let p = Attached::start(&cg, &[]);
-    let e = cg.child("job");
-    let mut hog = spawn_in(&e, &[&busy(), "600000000"]);
-    thread::sleep(Duration::from_millis(800));
-    let (code, recs, _) = p.stop();
-    hog.kill().unwrap();
-    hog.wait().unwrap();
-    assert_eq!(code, 0);
-    let id = cgroup_id(&e);
-    let rec = recs
-        .iter()
-        .find(|r| u(&r["cgroup_id"]) == id)
-        .expect("running exec reported");
-    assert_eq!(rec["state"], "running");
-    assert!(u(&rec["cpu"]["on_cpu_ns"]) > 300_000_000, "{rec}");
-    assert_eq!(u(&rec["live_tasks"]), 1);
+    for (signal, name) in [(libc::SIGINT, "sigint"), (libc::SIGTERM, "sigterm")] {
+        let cg = TestCgroup::new(name);
+        let p = Attached::start(&cg, &[]);
+        let e = cg.child("job");
+        let mut hog = spawn_in(&e, &[&busy(), "600000000"]);
+        let pid = hog.id();
+        let on_cpu = || schedstat(pid).0;
+        // Until it has run a while by its own count (no wall-time sleep: under load, that
+        // might be no CPU time at all).
+        while on_cpu() < 50_000_000 {
+            thread::sleep(Duration::from_millis(10));
+        }
+        let before = on_cpu();
+        let (code, recs, _) = p.stop_with(signal);
+        let after = on_cpu();
+        hog.kill().unwrap();
+        hog.wait().unwrap();
+        assert_eq!(code, 0, "{name}");
+        let id = cgroup_id(&e);
+        let rec = recs
+            .iter()
+            .find(|r| u(&r["cgroup_id"]) == id)
+            .unwrap_or_else(|| panic!("{name}: the running exec is reported"));
+        assert_eq!(rec["state"], "running");
+        // Read at the signal: between the hog's own figures before and after it, less a tick
+        // (10 ms at HZ=100) before: a running task's sum_exec_runtime is brought up to date
+        // at ticks and switches, where /proc adds the slice in progress.
+        let got = u(&rec["cpu"]["on_cpu_ns"]);
+        assert!(
+            (before.saturating_sub(10_000_000)..=after).contains(&got),
+            "{name}: on-CPU {got}, the hog's {before}..{after}: {rec}"
+        );
+        assert_eq!(u(&rec["live_tasks"]), 1);
+    }
 }
 
 /// --exec-depth 2: cgroups two levels down are execs, deeper ones roll up into them, and
@@ -952,6 +963,82 @@ fn exec_depth_rolls_descendants_up() {
         !recs.iter().any(|r| r["exec"] == "ci/job/step"),
         "step rolls up into ci/job"
     );
+}
+
+/// Processes directly in the watched cgroup are its `.` exec, and those in a cgroup above
+/// --exec-depth are that cgroup's own exec, beside the execs below it: each process counted
+/// once, in its own cgroup's exec, its on-CPU time that of /proc/PID/schedstat.
+#[test]
+fn processes_above_exec_depth_are_their_cgroups_execs() {
+    let cg = TestCgroup::new("above");
+    // No controllers delegated to it: a cgroup that may hold processes and children (pure
+    // cgroup v2 forbids both where controllers are enabled below).
+    let top = cg.child("flat");
+    let p = Attached::start_with(
+        &[
+            "--cgroup".into(),
+            top.display().to_string(),
+            "--exec-depth".into(),
+            "2".into(),
+        ],
+        &[],
+    );
+    let mid = top.join("ci");
+    let step = mid.join("step");
+    fs::create_dir_all(&step).unwrap();
+    // Run `busy` born in `dir`; its on-CPU time from /proc once it has exited.
+    let run = |dir: &std::path::Path, us: &str| -> (i32, u64) {
+        let argv = vec![busy(), us.to_owned()];
+        let child = profiler::spawn::spawn_in_cgroup(dir, &argv).unwrap();
+        while !exited(child.pid) {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let on_cpu = settled_schedstat(child.pid).0;
+        wait4(child.pid);
+        (child.pid, on_cpu)
+    };
+    let in_top = run(&top, "50000");
+    let in_mid = run(&mid, "50000");
+    let in_step = run(&step, "50000");
+    let step_id = cgroup_id(&step);
+    rmdir(&step);
+    let mid_id = cgroup_id(&mid);
+    rmdir(&mid);
+    p.wait_ended(step_id, secs(30));
+    p.wait_ended(mid_id, secs(30));
+    let (code, recs, _) = p.stop();
+    assert_eq!(code, 0);
+    for (exec, (pid, on_cpu)) in [(".", in_top), ("ci", in_mid), ("ci/step", in_step)] {
+        let mine: Vec<&Value> = recs
+            .iter()
+            .filter(|r| {
+                r["processes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|q| u(&q["pid"]) == pid as u64)
+            })
+            .collect();
+        let execs: HashSet<&str> = mine.iter().filter_map(|r| r["exec"].as_str()).collect();
+        assert_eq!(
+            execs,
+            HashSet::from([exec]),
+            "pid {pid} is in exec {exec} only: {mine:?}"
+        );
+        let rec = mine.last().unwrap();
+        let q = rec["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| u(&q["pid"]) == pid as u64)
+            .unwrap();
+        assert_eq!(u(&q["on_cpu_ns"]), on_cpu, "{exec}: {rec}");
+        assert_eq!(
+            u(&rec["cpu"]["on_cpu_ns"]),
+            on_cpu,
+            "{exec}: the exec is its process: {rec}"
+        );
+    }
 }
 
 /// --live with JSON output: running execs are reported every interval with growing figures.
