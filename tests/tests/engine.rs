@@ -1068,3 +1068,78 @@ fn live_json_reports_running_execs() {
     assert!(*live.last().unwrap() > 500_000_000, "{live:?}");
     assert!(u(&ended["cpu"]["on_cpu_ns"]) >= *live.last().unwrap());
 }
+
+/// Beyond --max-execs the profiler follows no more execs and says so; once execs end, their
+/// slots serve new ones. Beyond --max-cgroups, the same for cgroups.
+#[test]
+fn full_tables_are_warned_and_recover() {
+    // One exec beside the attached cgroup's own: two slots, the `.` exec and one more.
+    let cg = TestCgroup::new("maxexecs");
+    let p = Attached::start(&cg, &["--max-execs", "1"]);
+    let dirs: Vec<_> = (0..4).map(|i| cg.child(&format!("e{i}"))).collect();
+    let ids: Vec<u64> = dirs.iter().map(|d| cgroup_id(d)).collect();
+    let mut kids: Vec<_> = dirs
+        .iter()
+        .map(|d| spawn_in(d, &["sleep", "0.3"]))
+        .collect();
+    for k in &mut kids {
+        k.wait().unwrap();
+    }
+    for d in &dirs {
+        rmdir(d);
+    }
+    let followed = p.wait_ended(ids[0], secs(30));
+    assert!(u(&followed["cpu"]["on_cpu_ns"]) > 0, "{followed}");
+    // Its slot is freed 2 s after its cgroups are forgotten (docs/cost.md, "Where the time goes"):
+    // then a new exec is followed.
+    let followed_again = (0..20).any(|i| {
+        let again = cg.child(&format!("again-{i}"));
+        let id = cgroup_id(&again);
+        run_in(&again, &["true"]);
+        rmdir(&again);
+        thread::sleep(Duration::from_millis(500));
+        p.records().iter().any(|r| u(&r["cgroup_id"]) == id)
+    });
+    assert!(
+        followed_again,
+        "no exec followed within 10 s of a slot's release"
+    );
+    let (code, recs, err) = p.stop();
+    assert_eq!(code, 0);
+    for id in &ids[1..] {
+        assert!(
+            !recs.iter().any(|r| u(&r["cgroup_id"]) == *id),
+            "exec {id} was not followed, and has no record"
+        );
+    }
+    assert!(
+        err.iter()
+            .any(|l| l.contains("exec table full: execs not followed (raise --max-execs)")),
+        "{err:?}"
+    );
+
+    // --max-cgroups: the table holds twice as many; deeper cgroups roll up into their exec.
+    let cg = TestCgroup::new("maxcgroups");
+    let p = Attached::start(&cg, &["--max-cgroups", "2"]);
+    let job = cg.child("job");
+    let deep: Vec<_> = (0..4)
+        .map(|i| {
+            let d = job.join(format!("d{i}"));
+            fs::create_dir(&d).unwrap();
+            d
+        })
+        .collect();
+    for d in deep.iter().rev() {
+        rmdir(d);
+    }
+    let job_id = cgroup_id(&job);
+    rmdir(&job);
+    p.wait_ended(job_id, secs(30));
+    let (code, _, err) = p.stop();
+    assert_eq!(code, 0);
+    assert!(
+        err.iter()
+            .any(|l| l.contains("cgroup table full: cgroups not followed (raise --max-cgroups)")),
+        "{err:?}"
+    );
+}
