@@ -146,8 +146,18 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
         // the baseline already holds (up to 1.4 ms under emulation).
         direct_write_in(&e, &out, "64k", 2);
         // The reaped task may still be on its way to its last context switch, which charges
-        // its last run: let it get there before reading the exec's own files.
+        // its last run: wait until the exec's CPU time stops growing (1 ms apart, after the
+        // 10 ms that were enough alone so far).
         thread::sleep(secs(1) / 100);
+        let mut last = cpu_usage_usec(&e);
+        loop {
+            thread::sleep(Duration::from_millis(1));
+            let now = cpu_usage_usec(&e);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
         let own = (i % 2 == 0).then(|| {
             (
                 cpu_usage_usec(&e),
