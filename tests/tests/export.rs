@@ -844,3 +844,80 @@ fn no_export_command_line_keeps_commands_out_of_exports() {
     assert!(!body.contains("process_command_line"), "{body}");
     p.stop();
 }
+
+/// Test: over OTLP/HTTP, an export the collector answers with 503 and Retry-After is sent
+/// again, the same bytes, no sooner than it said; one answered 429 is sent again after the
+/// back-off (100 ms or more); one answered 400 is not sent again (its figures go in the next
+/// interval's export) and the profiler warns; all against a collector front that answers from
+/// a script.
+#[test]
+fn otlp_http_retries_only_what_the_collector_says_may_succeed() {
+    for (name, answer) in [
+        ("503", backends::Answer::retry_after(503, 1)),
+        ("429", backends::Answer::status(429)),
+        ("400", backends::Answer::status(400)),
+    ] {
+        let cg = TestCgroup::new(&format!("retry-{name}"));
+        let collector = backends::ScriptedCollector::start(vec![answer]);
+        let endpoint = collector.endpoint();
+        let p = Attached::start(
+            &cg,
+            &[
+                "--otlp-endpoint",
+                &endpoint,
+                "--otlp-protocol",
+                "http/protobuf",
+                "--export-interval",
+                "2s",
+            ],
+        );
+        let e = cg.child("job");
+        let mut hog = spawn_in(&e, &[&busy(), "600000000"]);
+        let deadline = std::time::Instant::now() + secs(30);
+        while collector.received().len() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: no second request"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        hog.kill().unwrap();
+        hog.wait().unwrap();
+        let (_, _, err) = p.stop();
+        let r = collector.received();
+        assert!(r.iter().all(|q| q.path == "/v1/metrics"), "{name}: {r:?}");
+        let gap = r[1].at - r[0].at;
+        eprintln!("MEASURED OTLP/HTTP {name}: the next request {gap:?} after the first");
+        match name {
+            "503" => {
+                assert!(r[1].body == r[0].body, "{name}: the same export sent again");
+                assert!(
+                    gap >= Duration::from_secs(1),
+                    "{name}: Retry-After 1 s, {gap:?}"
+                );
+            }
+            "429" => {
+                assert!(r[1].body == r[0].body, "{name}: the same export sent again");
+                assert!(
+                    gap >= Duration::from_millis(100) && gap < Duration::from_millis(1900),
+                    "{name}: a back-off of 100 ms or more, before the next interval: {gap:?}"
+                );
+            }
+            _ => {
+                assert!(
+                    r[1].body != r[0].body,
+                    "{name}: not sent again: the next export"
+                );
+                assert!(
+                    gap >= Duration::from_millis(1500),
+                    "{name}: the next interval, {gap:?}"
+                );
+                assert!(
+                    err.iter()
+                        .any(|l| l.contains("warning") && l.contains("400")),
+                    "{name}: the failure is said: {err:?}"
+                );
+            }
+        }
+    }
+}

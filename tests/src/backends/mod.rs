@@ -16,16 +16,19 @@
 //! (`DataType: Empty`, no point). Timestamps as strings, JSON numbers and protobuf are fine.
 //!
 //! Modules: [`rotel`] runs the collector, [`rotel_log`] reads what it prints, [`prometheus`]
-//! runs Prometheus, [`tls`] makes a private CA and a TLS-terminating proxy.
+//! runs Prometheus, [`tls`] makes a private CA and a TLS-terminating proxy, [`scripted`]
+//! answers OTLP/HTTP requests from a script (the exporter's retries).
 
 mod prometheus;
 mod rotel;
 mod rotel_log;
+mod scripted;
 mod tls;
 
 pub use prometheus::*;
 pub use rotel::*;
 pub use rotel_log::*;
+pub use scripted::*;
 pub use tls::*;
 
 use std::{
