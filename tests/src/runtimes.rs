@@ -320,6 +320,12 @@ impl Dockerd {
             .expect("run docker (install docker.io: cargo xtask test does)")
     }
 
+    /// Stop the daemon now (as a crash would leave things: its containers' state stays).
+    pub fn kill_daemon(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Like [`Self::docker`], panicking unless it succeeds; returns its output.
     pub fn docker_ok(&self, args: &[&str]) -> String {
         let out = self.docker(args);

@@ -754,3 +754,52 @@ fn runtime_bad_inputs_give_one_clear_line() {
     assert_eq!(code, 2);
     assert!(err.contains("--runtime"), "{err}");
 }
+
+/// Test: metadata that cannot be read is a note on the exec's record, never a lost exec: a
+/// BuildKit step whose bundle is not there, and a container once dockerd died mid-run; the
+/// profiler goes on, and exits 0.
+#[test]
+fn unreadable_metadata_and_a_dead_daemon_leave_notes() {
+    let mut d = Dockerd::start();
+    let p = Attached::start_with(
+        &[
+            "--runtime".into(),
+            "docker".into(),
+            "--runtime-endpoint".into(),
+            d.socket.display().to_string(),
+        ],
+        &[],
+    );
+    let pid = std::process::id();
+    let note_of = |dir: &std::path::Path| -> String {
+        fs::create_dir(dir).unwrap();
+        let _cleanup = Removed(dir.to_path_buf());
+        let id = cgroup_id(dir);
+        run_in(dir, &["sleep", "0.05"]);
+        rmdir(dir);
+        let rec = p.wait_ended(id, secs(30));
+        assert!(rec.get("container").is_none(), "{rec}");
+        assert!(u(&rec["cpu"]["on_cpu_ns"]) > 0, "{rec}");
+        rec["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.as_str())
+            .find(|n| n.starts_with("container metadata unavailable"))
+            .unwrap_or_else(|| panic!("a note says why: {rec}"))
+            .to_owned()
+    };
+    // A step id of BuildKit's form (25 characters of base 36) with no bundle.
+    let step = v2_mount()
+        .join("docker/buildkit")
+        .join(format!("pt{pid:0>23}"));
+    let note = note_of(&step);
+    assert!(note.contains("buildkit"), "{note}");
+    d.kill_daemon();
+    let ghost = v2_mount().join("docker").join(format!("{pid:0>64x}"));
+    let note = note_of(&ghost);
+    assert!(note.contains("docker"), "{note}");
+    eprintln!("MEASURED with dockerd gone: {note}");
+    let (code, _, _) = p.stop();
+    assert_eq!(code, 0);
+}
