@@ -48,6 +48,9 @@ pub struct Options {
     /// Cgroups below the attached one whose children are execs, as the attached cgroup's are
     /// (dockerd's `buildkit/` beside its containers): absolute, existing.
     pub nests: Vec<PathBuf>,
+    /// Watch the nests alone, each an exec of its own with its children, not the attached
+    /// cgroup (then the v2 root: `attach` with every runtime found).
+    pub only_nests: bool,
 }
 
 pub struct Monitor {
@@ -692,32 +695,52 @@ impl Monitor {
 
 /// Register the cgroups already in the subtree: execs down to exec depth, deeper ones rolled
 /// up. Each cgroup is registered before its children are listed, so that children created
-/// meanwhile are caught by the cgroup_mkdir program instead.
+/// meanwhile are caught by the cgroup_mkdir program instead. With `only_nests`, the subtrees
+/// of the outermost nests instead, each nest an exec of its own.
 fn register_existing(
     probes: &mut Probes,
     execs: &mut Execs,
     h: &Hierarchy,
     opts: &Options,
 ) -> Result<()> {
+    if !opts.only_nests {
+        return register_tree(probes, execs, h, opts, &opts.cgroup);
+    }
+    for top in &opts.nests {
+        let inner = opts.nests.iter().any(|n| n != top && top.starts_with(n));
+        if !inner {
+            register_tree(probes, execs, h, opts, top)?;
+        }
+    }
+    Ok(())
+}
+
+/// One watched tree: `base` at depth 0 (an exec), its nests at depth 0 inside it (rolled into
+/// `base`'s exec: the cgroups made in them later are execs).
+fn register_tree(
+    probes: &mut Probes,
+    execs: &mut Execs,
+    h: &Hierarchy,
+    opts: &Options,
+    base: &Path,
+) -> Result<()> {
     let mut ids: HashMap<PathBuf, u64> = HashMap::new();
     let now = monotonic_ns();
-    let base = opts.cgroup.clone();
-    cgroup::walk(&base, &mut |f| {
+    cgroup::walk(base, &mut |f| {
         ids.insert(f.path.clone(), f.id);
-        if opts.nests.contains(&f.path) {
-            // Depth 0 in the kernel's table too: the cgroups made in it later are execs.
-            let root = ids[&base];
+        if f.path != base && opts.nests.contains(&f.path) {
+            let root = ids[base];
             probes.add_cgroup(f.id, root, 0)?;
             execs.add_rolled_up(f.id, root);
             return Ok(());
         }
-        // Depth counts from the innermost nest the cgroup is in, else from the attached one.
+        // Depth counts from the innermost nest the cgroup is in, else from the base.
         let top = opts
             .nests
             .iter()
-            .filter(|n| f.path.starts_with(n))
+            .filter(|n| f.path.starts_with(n) && n.starts_with(base))
             .max_by_key(|n| n.components().count())
-            .unwrap_or(&base);
+            .map_or(base, |n| n.as_path());
         let rel = f.path.strip_prefix(top).unwrap_or(Path::new(""));
         let depth = rel.components().count() as u32;
         let exec_id = if depth <= opts.exec_depth {

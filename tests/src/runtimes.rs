@@ -320,6 +320,25 @@ impl Dockerd {
             .expect("run docker (install docker.io: cargo xtask test does)")
     }
 
+    /// `docker build` of `FROM pbase:1` and one `RUN step`, without network or cache: the
+    /// step's command in the record is `/bin/sh -c STEP`, which this returns.
+    pub fn build_step(&self, step: &str) -> String {
+        let ctx = Scratch::new("build-step");
+        fs::write(
+            ctx.0.join("Dockerfile"),
+            format!("FROM pbase:1\nRUN {step}\n"),
+        )
+        .unwrap();
+        self.docker_ok(&[
+            "build",
+            "--network",
+            "none",
+            "--no-cache",
+            ctx.0.to_str().unwrap(),
+        ]);
+        format!("/bin/sh -c {step}")
+    }
+
     /// Stop the daemon now (as a crash would leave things: its containers' state stays).
     pub fn kill_daemon(&mut self) {
         let _ = self.child.kill();

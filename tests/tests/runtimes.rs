@@ -167,23 +167,8 @@ fn docker_containers_are_execs_named_by_docker() {
 
     // A build's RUN steps are execs of `--runtime docker` too (dockerd's BuildKit puts them
     // in docker/buildkit/, which the profiler watches as a nest of execs), named as BuildKit's.
-    let ctx = Scratch::new("docker-build");
     let step = "busy 2000 && echo built";
-    fs::write(
-        ctx.0.join("Dockerfile"),
-        format!("FROM pbase:1\nRUN {step}\n"),
-    )
-    .unwrap();
-    d.docker_ok(&[
-        "build",
-        "--network",
-        "none",
-        "--no-cache",
-        "-t",
-        "pt-docker-build:1",
-        ctx.0.to_str().unwrap(),
-    ]);
-    let cmd = format!("/bin/sh -c {step}");
+    let cmd = d.build_step(step);
     let rec = p.wait_ended_where(step, secs(60), |r| container(r, "command") == Some(&cmd));
     assert_eq!(container(&rec, "runtime"), Some("buildkit"), "{rec}");
     let path = rec["exec"].as_str().unwrap();
@@ -478,6 +463,8 @@ fn podman_containers_are_execs_named_by_podman() {
     assert_eq!(rec["network"]["namespace"], "own", "{}", rec["network"]);
     check_written("podman container", &rec, 16 * MIB);
     check_cpu("podman container", &rec, cpu_ns_lines(&out)[0]);
+    check_phases("podman container", &rec, 300_000_000);
+    assert_eq!(rec["exit"]["code"], 0, "{rec}");
     let (code, _, _) = p.stop();
     assert_eq!(code, 0);
 }
@@ -531,6 +518,8 @@ fn containerd_and_runc_containers_are_named_from_their_bundles() {
         &rec,
         (cpu_usage_usec(&parent) - usage0) * 1000,
     );
+    check_phases("containerd container", &rec, 200_000_000);
+    assert_eq!(rec["exit"]["code"], 0, "{rec}");
     let (code, _, _) = p.stop();
     assert_eq!(code, 0);
 
@@ -550,6 +539,8 @@ fn containerd_and_runc_containers_are_named_from_their_bundles() {
         Some(format!("sh -c {work}").as_str())
     );
     check_cpu("runc container", &rec, cpu_usage_usec(&cg.path) * 1000);
+    check_phases("runc container", &rec, 200_000_000);
+    assert_eq!(rec["exit"]["code"], 0, "{rec}");
     let (code, _, _) = p.stop();
     assert_eq!(code, 0);
 }
@@ -802,4 +793,58 @@ fn unreadable_metadata_and_a_dead_daemon_leave_notes() {
     eprintln!("MEASURED with dockerd gone: {note}");
     let (code, _, _) = p.stop();
     assert_eq!(code, 0);
+}
+
+/// Test: `attach` with neither --cgroup nor --runtime watches every runtime found running
+/// here and says which: a container of dockerd ($DOCKER_HOST) and a RUN step of its BuildKit
+/// are execs, named by docker and by BuildKit; nothing else on the host is.
+#[test]
+fn attach_alone_watches_every_runtime_found() {
+    let d = Dockerd::start();
+    d.docker_ok(&["import", base_image_tar().to_str().unwrap(), "pbase:1"]);
+    let p = Attached::start_with(&[], &[("DOCKER_HOST", &d.host())]);
+    let name = format!("pt-alone-{}", std::process::id());
+    d.docker_ok(&[
+        "run",
+        "--rm",
+        "--name",
+        &name,
+        "--network",
+        "none",
+        "pbase:1",
+        "true",
+    ]);
+    let rec = p.wait_ended_where(&name, secs(30), |r| container(r, "name") == Some(&name));
+    assert!(
+        rec["exec"].as_str().unwrap().starts_with("docker/"),
+        "named from the v2 root: {rec}"
+    );
+    let step = "busy 1000 && echo alone";
+    let cmd = d.build_step(step);
+    let rec = p.wait_ended_where(step, secs(60), |r| container(r, "command") == Some(&cmd));
+    assert_eq!(container(&rec, "runtime"), Some("buildkit"), "{rec}");
+    assert!(
+        rec["exec"]
+            .as_str()
+            .unwrap()
+            .starts_with("docker/buildkit/"),
+        "{rec}"
+    );
+    // Work outside the runtimes' parents is no exec.
+    let other = TestCgroup::new("alone-other");
+    let e = other.child("job");
+    let id = cgroup_id(&e);
+    run_in(&e, &["true"]);
+    rmdir(&e);
+    let (code, recs, err) = p.stop();
+    assert_eq!(code, 0);
+    assert!(
+        !recs.iter().any(|r| u(&r["cgroup_id"]) == id),
+        "a cgroup outside the runtimes is not watched"
+    );
+    assert!(
+        err.iter()
+            .any(|l| l.starts_with("profiler: runtime docker via dockerd")),
+        "{err:?}"
+    );
 }

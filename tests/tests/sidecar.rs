@@ -226,24 +226,8 @@ fn image_runs_as_the_sidecar_with_exact_figures_and_stops_cleanly() {
     check_written("container", &rec, 16 * MIB);
 
     // A BuildKit build: its RUN step is an exec two levels down, named by its command.
-    let ctx = scratch_dir("sidecar-build");
     let step = "dd if=/dev/zero of=/io bs=1M count=8 oflag=direct status=none && rm /io";
-    fs::write(
-        ctx.join("Dockerfile"),
-        format!("FROM pbase:1\nRUN {step}\n"),
-    )
-    .unwrap();
-    d.docker_ok(&[
-        "build",
-        "--network",
-        "none",
-        "--no-cache",
-        "-t",
-        "pt-sidecar-build:1",
-        ctx.to_str().unwrap(),
-    ]);
-    let _ = fs::remove_dir_all(&ctx);
-    let cmd = format!("/bin/sh -c {step}");
+    let cmd = d.build_step(step);
     let rec = wait_record(&d, &name, "the RUN step", |r| {
         r["container"]["command"] == cmd.as_str()
     });

@@ -68,8 +68,9 @@ pub struct CommonArgs {
 #[derive(Debug, Args)]
 pub struct AttachArgs {
     /// The cgroup v2 directory to watch (absolute, or relative to the v2 mount); with
-    /// --runtime, the runtime's own cgroup parent by default.
-    #[arg(long, value_name = "PATH", required_unless_present = "runtime")]
+    /// --runtime, the runtime's own cgroup parent by default; with neither, the cgroup
+    /// parents of every container runtime found (docker, podman, containerd).
+    #[arg(long, value_name = "PATH")]
     pub cgroup: Option<String>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,

@@ -23,35 +23,86 @@ use crate::{
     runtime::{Connected, Resolver},
 };
 
-/// The cgroup to watch: --cgroup, else the named runtime's cgroup parent (made when the
-/// runtime has not made it yet: it does at its first container).
-fn attach_dir(h: &Hierarchy, args: &AttachArgs, connected: Option<&Connected>) -> Result<PathBuf> {
-    let dir = match (&args.cgroup, connected) {
-        (Some(p), _) => h.resolve(p),
-        (None, Some(c)) => {
-            if !c.cgroup_parent.exists() {
-                if c.systemd {
-                    bail!(
-                        "the runtime's cgroup parent {} does not exist (is systemd its cgroup \
-                         manager?); pass the parent with --cgroup",
-                        c.cgroup_parent.display()
-                    );
-                }
-                h.create(&c.cgroup_parent)?;
-                eprintln!(
-                    "profiler: created {} (the runtime makes it at its first container)",
+/// What to watch: the attached cgroup, and the nests below it whose children are execs; with
+/// `only_nests`, the nests alone (every runtime found: each one's parent).
+struct Watched {
+    dir: PathBuf,
+    nests: Vec<PathBuf>,
+    only_nests: bool,
+}
+
+/// --cgroup; else the named runtime's cgroup parent; else the parents of every runtime found
+/// running here. A parent the runtime has not made yet (it does at its first container) is
+/// made, except a systemd slice.
+fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<Watched> {
+    let parent = |c: &Connected| -> Result<PathBuf> {
+        if !c.cgroup_parent.exists() {
+            if c.systemd {
+                bail!(
+                    "the runtime's cgroup parent {} does not exist (is systemd its cgroup \
+                     manager?); pass the parent with --cgroup",
                     c.cgroup_parent.display()
                 );
             }
-            h.resolve(c.cgroup_parent.to_str().context("non-UTF-8 cgroup path")?)
+            h.create(&c.cgroup_parent)?;
+            eprintln!(
+                "profiler: created {} (the runtime makes it at its first container)",
+                c.cgroup_parent.display()
+            );
         }
-        (None, None) => bail!("--cgroup or --runtime is needed"),
-    }?;
-    // Said once the parent is known: an error is then the only line.
-    if let Some(c) = connected {
-        eprintln!("profiler: runtime {}", c.describe);
+        h.resolve(c.cgroup_parent.to_str().context("non-UTF-8 cgroup path")?)
+    };
+    if let Some(p) = &args.cgroup {
+        return Ok(Watched {
+            dir: h.resolve(p)?,
+            nests: Vec::new(),
+            only_nests: false,
+        });
     }
-    Ok(dir)
+    if args.runtime.settings().runtime.is_some() {
+        let c = &connected[0];
+        let dir = parent(c)?;
+        // Said once the parent is known: an error is then the only line.
+        eprintln!("profiler: runtime {}", c.describe);
+        return Ok(Watched {
+            nests: nests(h, &dir, c)?,
+            dir,
+            only_nests: false,
+        });
+    }
+    // Neither: each runtime that runs here. A systemd driver's parent is a slice of the host's
+    // services too, not only containers: that runtime is left to --runtime.
+    let mut all = Vec::new();
+    for c in connected {
+        if c.systemd {
+            eprintln!(
+                "profiler: not watching {}: its containers are units of {} among the host's \
+                 services; use --runtime",
+                c.describe,
+                c.cgroup_parent.display()
+            );
+            continue;
+        }
+        let dir = parent(c)?;
+        eprintln!(
+            "profiler: runtime {} (watching {})",
+            c.describe,
+            dir.display()
+        );
+        all.extend(nests(h, &dir, c)?);
+        all.push(dir);
+    }
+    if all.is_empty() {
+        bail!(
+            "no container runtime found running here (docker, podman, containerd with their \
+             cgroupfs parents): pass --cgroup PATH or --runtime NAME"
+        );
+    }
+    Ok(Watched {
+        dir: h.mount.clone(),
+        nests: all,
+        only_nests: true,
+    })
 }
 
 /// The runtime's nests of execs under the watched parent, made when the runtime has not made
@@ -74,26 +125,29 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     let h = Hierarchy::find()?;
     crate::host::check_privileges()?;
     let (resolver, connected) = Resolver::start(&args.runtime.settings(), &h)?;
-    let dir = attach_dir(&h, &args, connected.as_ref())?;
+    let w = watched(&h, &args, &connected)?;
+    let dir = w.dir.clone();
     let _stats = enable_bpf_stats(args.common.bpf_stats)?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let exporters = start_exporters(&args.common)?;
     let ci_env = CiEnv::new(&args.common.ci_env).map_err(anyhow::Error::msg)?;
     let mut opts = options(&args.common, &ci_env, dir.clone(), args.exec_depth);
-    if args.cgroup.is_none()
-        && let Some(c) = &connected
-    {
-        opts.nests = nests(&h, &dir, c)?;
-    }
+    let shown = if w.only_nests {
+        let v: Vec<String> = w.nests.iter().map(|n| n.display().to_string()).collect();
+        v.join(", ")
+    } else {
+        dir.display().to_string()
+    };
+    opts.nests = w.nests;
+    opts.only_nests = w.only_nests;
     let mut mon = Monitor::start(opts, Some(resolver))?;
     eprintln!(
-        "profiler: attached to {} (exec depth {}, {} exec(s) present)",
-        dir.display(),
+        "profiler: attached to {shown} (exec depth {}, {} exec(s) present)",
         args.exec_depth,
         mon.exec_ids().len()
     );
-    if dir == h.mount {
+    if dir == h.mount && !w.only_nests {
         // `--cgroup .` or `/`: said plainly, since every top-level cgroup is then an exec.
         eprintln!(
             "profiler: note: watching the root of the cgroup v2 hierarchy: each top-level cgroup \

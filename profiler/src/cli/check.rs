@@ -685,12 +685,12 @@ fn runtime_lines(args: &RuntimeArgs, h: &Hierarchy) -> (Vec<Line>, Option<Connec
     let named = args.settings().runtime;
     if let Some(kind) = named {
         let name = format!("runtime {}", kind.name());
-        match Resolver::start(&args.settings(), h) {
-            Ok((_, Some(c))) => {
+        match Resolver::start(&args.settings(), h).map(|(_, c)| c.into_iter().next()) {
+            Ok(Some(c)) => {
                 v.push(line(&name, Status::Ok, c.describe.clone()));
                 connected = Some(c);
             }
-            Ok((_, None)) => v.push(line(&name, Status::Ok, "found")),
+            Ok(None) => v.push(line(&name, Status::Ok, "found")),
             Err(e) => v.push(line(&name, Status::Missing, format!("{e:#}"))),
         }
     }
@@ -711,8 +711,8 @@ fn runtime_lines(args: &RuntimeArgs, h: &Hierarchy) -> (Vec<Line>, Option<Connec
             runtime: Some(kind),
             ..Default::default()
         };
-        match Resolver::start(&settings, h) {
-            Ok((_, Some(c))) => found.push(c.describe),
+        match Resolver::start(&settings, h).map(|(_, c)| c.into_iter().next()) {
+            Ok(Some(c)) => found.push(c.describe),
             _ => absent.push(kind.name()),
         }
     }

@@ -137,6 +137,7 @@ pub(crate) fn options(
         },
         ci_env: ci_env.clone(),
         nests: Vec::new(),
+        only_nests: false,
     }
 }
 
@@ -259,7 +260,8 @@ mod tests {
             _ => panic!(),
         }
         assert!(Cli::try_parse_from(["profiler", "report"]).is_err());
-        assert!(Cli::try_parse_from(["profiler", "attach"]).is_err());
+        // Neither --cgroup nor --runtime: every runtime found (decided when it runs).
+        assert!(Cli::try_parse_from(["profiler", "attach"]).is_ok());
         assert!(
             Cli::try_parse_from(["profiler", "attach", "--cgroup", "x", "--exec-depth", "-1"])
                 .is_err()

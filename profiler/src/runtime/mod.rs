@@ -403,10 +403,11 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// Connect to the runtime named in `args` (checking that it runs), or find the runtimes
-    /// present here when none is named. The work runs on the resolver's thread, so that a
-    /// blocking HTTP client never runs on the event loop.
-    pub fn start(args: &RuntimeSettings, h: &Hierarchy) -> Result<(Self, Option<Connected>)> {
+    /// Connect to the runtime named in `args` (checking that it runs): one Connected; or find
+    /// the runtimes present here when none is named: those that run, each Connected. The
+    /// work runs on the resolver's thread, so that a blocking HTTP client never runs on the
+    /// event loop.
+    pub fn start(args: &RuntimeSettings, h: &Hierarchy) -> Result<(Self, Vec<Connected>)> {
         let (req_tx, req_rx) = mpsc::channel::<(u64, String)>();
         let (ans_tx, ans_rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -418,7 +419,7 @@ impl Resolver {
                 let sources = match args.runtime {
                     Some(kind) => match connect(kind, &args, &mount) {
                         Ok((sources, connected)) => {
-                            let _ = ready_tx.send(Ok(Some(connected)));
+                            let _ = ready_tx.send(Ok(vec![connected]));
                             sources
                         }
                         Err(e) => {
@@ -428,7 +429,16 @@ impl Resolver {
                     },
                     None => {
                         let s = detect();
-                        let _ = ready_tx.send(Ok(None));
+                        let running = [
+                            RuntimeKind::Docker,
+                            RuntimeKind::Podman,
+                            RuntimeKind::Containerd,
+                        ]
+                        .into_iter()
+                        .filter_map(|k| connect(k, &RuntimeSettings::default(), &mount).ok())
+                        .map(|(_, c)| c)
+                        .collect();
+                        let _ = ready_tx.send(Ok(running));
                         s
                     }
                 };
