@@ -18,7 +18,7 @@ use crate::{
     network::{Faults, InterfaceReport, NetReport, SampledFaults, SocketsReport, Traffic},
     record::{
         CpuReport, DiskReport, ExecExit, ExecReport, ExecState, ExitReport, Histogram, IoReport,
-        OtherReport, Phases, ProcReport, TasksReport,
+        OtherReport, Phases, ProcReport, ProgramReport, TasksReport,
     },
     runtime::{ContainerInfo, K8s},
 };
@@ -35,6 +35,8 @@ const MAPS: &[&str] = &[
     "cgroup.memory_stat.value",
     "cgroup.memory_events.value",
     "cgroup.v1_blkio_service_bytes.value",
+    "programs[].exits",
+    "other_programs.exits",
 ];
 
 /// The `--ci-env` variable of the full record: its attribute is `profiler.exec.env.NAME`, as
@@ -174,6 +176,23 @@ fn pressure() -> PressureReport {
     PressureReport {
         some: Some(psi),
         full: Some(psi),
+    }
+}
+
+/// A program's share with every key set.
+fn program(name: &str) -> ProgramReport {
+    ProgramReport {
+        name: name.into(),
+        processes: 2,
+        running: 1,
+        on_cpu_ns: 1,
+        runq_delay_ns: 1,
+        iowait_ns: 1,
+        read_bytes: 1,
+        write_bytes: 1,
+        storage_read_bytes: 1,
+        dirtied_bytes: 1,
+        exits: BTreeMap::from([("exit 0".to_owned(), 1)]),
     }
 }
 
@@ -320,6 +339,8 @@ pub(crate) fn full_record_with(ci: CiContext) -> ExecReport {
             read_bytes: 1,
             write_bytes: 1,
         },
+        programs: vec![program("cc1")],
+        other_programs: Some(program("3 programs")),
         cgroup: Some(CgroupReport {
             cpu_pressure: sourced(pressure()),
             io_pressure: sourced(pressure()),

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use anyhow::{Result, bail};
 use profiler_common::*;
 
+use crate::programs::{ProgramTotals, Programs};
 use crate::{
     ci::CiContext,
     runtime::{ContainerInfo, Lookup},
@@ -123,6 +124,9 @@ pub struct Proc {
     pub tgid: u32,
     pub comm: String,
     pub args: String,
+    /// The program it runs: the name the kernel gave it at its execve (the executable's file
+    /// name), else its parent's, else its name when first seen.
+    pub program: String,
     pub threads: u32,
     pub counters: TaskCounters,
     pub ended: bool,
@@ -182,6 +186,8 @@ pub struct ProcTable {
     pub other_count: u64,
     pub other: TaskCounters,
     keep: usize,
+    /// Every ended task's figures by program, whatever was folded away.
+    programs: Programs,
 }
 
 /// Live processes kept per exec before the excess is folded into `other`.
@@ -224,11 +230,18 @@ impl ProcTable {
         let Some(parent) = self.live.get(&parent_tgid).filter(|p| !p.args.is_empty()) else {
             return;
         };
-        let (comm, args) = (parent.comm.clone(), parent.args.clone());
+        let (comm, args, program) = (
+            parent.comm.clone(),
+            parent.args.clone(),
+            parent.program.clone(),
+        );
         let p = self.live_entry(tgid);
         p.args = args;
         if p.comm.is_empty() {
             p.comm = comm;
+        }
+        if p.program.is_empty() {
+            p.program = program;
         }
     }
 
@@ -243,10 +256,14 @@ impl ProcTable {
         if p.comm.is_empty() {
             p.comm = cstr(&rec.comm);
         }
+        if p.program.is_empty() {
+            p.program = p.comm.clone();
+        }
     }
 
     pub fn on_exec(&mut self, tgid: u32, comm: String, args: String) {
         let p = self.live_entry(tgid);
+        p.program = comm.clone();
         p.comm = comm;
         p.args = args;
     }
@@ -268,14 +285,21 @@ impl ProcTable {
             // A thread freed after its process's leader.
             p.counters.add(&rec.counters);
             p.threads += 1;
+            self.programs.add_task(&p.program, rec);
             return;
         }
         if rec.flags & TASK_LEADER != 0 {
             self.inherit_command(rec);
         }
         let p = self.live_entry(rec.tgid);
+        if p.program.is_empty() {
+            p.program = comm.clone();
+        }
+        let program = p.program.clone();
         p.counters.add(&rec.counters);
         p.threads += 1;
+        self.programs.add_task(&program, rec);
+        let p = self.live_entry(rec.tgid);
         if rec.flags & TASK_LEADER != 0 {
             p.comm = comm; // the final name (after any execve)
             p.ended = true;
@@ -336,6 +360,29 @@ impl ProcTable {
             }
         }
         out
+    }
+
+    /// Every program of the exec with its totals, running processes' `live_counters` added;
+    /// most on-CPU first.
+    pub fn programs(&self, live_counters: &ProcCounters) -> Vec<(String, ProgramTotals)> {
+        let program_of = |tgid: &u32| -> (&str, bool) {
+            match self.live.get(tgid) {
+                Some(p) => (p.program.as_str(), true),
+                // Threads of a process whose leader has ended.
+                None => (
+                    self.done
+                        .iter()
+                        .find(|p| p.tgid == *tgid)
+                        .map_or("", |p| p.program.as_str()),
+                    false,
+                ),
+            }
+        };
+        self.programs
+            .with_live(live_counters.iter().map(|(tgid, (c, _))| {
+                let (program, running) = program_of(tgid);
+                (program, c, running)
+            }))
     }
 
     /// Processes that ran in the exec, including those folded into `other`.

@@ -22,6 +22,7 @@ pub mod network;
 #[cfg(test)]
 mod outside_input;
 pub mod probes;
+pub mod programs;
 pub mod record;
 pub mod render;
 pub mod resident;

@@ -38,6 +38,8 @@ pub struct Options {
     pub btf: String,
     /// Processes listed per exec report (union of the top N by CPU, IO and stall; 0 = all).
     pub top: usize,
+    /// Programs listed per exec (0 = all).
+    pub programs: usize,
     /// Ended processes remembered per exec for the breakdown.
     pub keep_procs: usize,
     /// How long to wait for the last tasks of a removed exec to be freed.
@@ -538,6 +540,7 @@ impl Monitor {
                 live,
                 now_ns: now,
                 top: self.opts.top,
+                programs: self.opts.programs,
                 notes,
                 cgroup,
                 network,

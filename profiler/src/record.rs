@@ -13,6 +13,7 @@ use crate::{
     clock::monotonic_to_unix_ns,
     execs::{Exec, Exit, Live, Proc, top_processes},
     network::NetReport,
+    programs::ProgramTotals,
     runtime::{ContainerInfo, Lookup},
 };
 
@@ -75,6 +76,12 @@ pub struct ExecReport {
     pub processes: Vec<ProcReport>,
     /// Processes not listed (folded away to bound memory), and their summed figures.
     pub other_processes: OtherReport,
+    /// The exec's figures by program, most on-CPU first (see `--programs`): every process
+    /// under the program it ran, so that they sum to the exec's.
+    pub programs: Vec<ProgramReport>,
+    /// The programs not listed, summed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_programs: Option<ProgramReport>,
     /// The kernel's own accounting from the exec's cgroup files, each figure with its source.
     pub cgroup: Option<CgroupReport>,
     /// Traffic of the exec's sockets and of its own network namespace's interfaces.
@@ -409,6 +416,68 @@ impl From<Proc> for ProcReport {
     }
 }
 
+/// One program's share of an exec (docs/figures.md, "`programs`").
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProgramReport {
+    /// The executable's file name as the kernel keeps it (at most 15 bytes); for the summed
+    /// rest, how many programs.
+    pub name: String,
+    /// Processes that ran it: ended, and still running.
+    pub processes: u64,
+    pub running: u64,
+    pub on_cpu_ns: u64,
+    pub runq_delay_ns: u64,
+    pub iowait_ns: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub storage_read_bytes: u64,
+    pub dirtied_bytes: u64,
+    /// Ended processes by outcome (`exit 0`, `SIGKILL`).
+    pub exits: std::collections::BTreeMap<String, u64>,
+}
+
+impl ProgramReport {
+    fn of(name: String, t: &ProgramTotals) -> Self {
+        let c = &t.counters;
+        Self {
+            name,
+            processes: t.ended + t.running,
+            running: t.running,
+            on_cpu_ns: c.oncpu_ns,
+            runq_delay_ns: c.runq_ns,
+            iowait_ns: c.iowait_ns,
+            read_bytes: c.rchar,
+            write_bytes: c.wchar,
+            storage_read_bytes: c.storage_read_bytes,
+            dirtied_bytes: c.dirtied_bytes,
+            exits: t.exits.clone(),
+        }
+    }
+
+    /// The first `n` programs (0: all), and the rest summed under the name "N programs".
+    fn listed(all: Vec<(String, ProgramTotals)>, n: usize) -> (Vec<Self>, Option<Self>) {
+        let n = if n == 0 { all.len() } else { n };
+        let mut listed = Vec::new();
+        let mut rest = ProgramTotals::default();
+        let mut rest_count = 0;
+        for (i, (name, t)) in all.into_iter().enumerate() {
+            if i < n {
+                listed.push(Self::of(name, &t));
+            } else {
+                rest_count += 1;
+                rest.ended += t.ended;
+                rest.running += t.running;
+                rest.counters.add(&t.counters);
+                for (k, v) in t.exits {
+                    *rest.exits.entry(k).or_default() += v;
+                }
+            }
+        }
+        let other = (rest_count > 0).then(|| Self::of(format!("{rest_count} programs"), &rest));
+        (listed, other)
+    }
+}
+
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct OtherReport {
     pub processes: u64,
@@ -426,6 +495,8 @@ pub struct Inputs<'a> {
     pub now_ns: u64,
     /// Processes listed (see `--top`).
     pub top: usize,
+    /// Programs listed (see `--programs`).
+    pub programs: usize,
     /// What is degraded or missing, from the profiler's side.
     pub notes: Vec<String>,
     pub cgroup: Option<CgroupReport>,
@@ -465,6 +536,8 @@ impl ExecReport {
         notes.extend(exec.notes.iter().cloned());
         let mut procs = exec.procs.processes(live_procs);
         let chosen = top_processes(&mut procs, i.top);
+        let (programs, other_programs) =
+            ProgramReport::listed(exec.procs.programs(live_procs), i.programs);
         let other = &exec.procs.other;
         Self {
             exec: exec.report_path().to_owned(),
@@ -506,6 +579,8 @@ impl ExecReport {
                 read_bytes: other.rchar,
                 write_bytes: other.wchar,
             },
+            programs,
+            other_programs,
             cgroup: i.cgroup,
             network: i.network,
             notes,

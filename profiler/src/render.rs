@@ -57,6 +57,23 @@ impl ExecReport {
         if let Some(p) = self.processes.first() {
             let _ = write!(s, " | top {} {}", name(p), dur(p.on_cpu_ns));
         }
+        if !self.programs.is_empty() {
+            s.push_str(" | programs");
+            for p in self.programs.iter().take(3) {
+                let _ = write!(s, " {} x{} {}", p.name, p.processes, dur(p.on_cpu_ns));
+            }
+            let more = self.programs.len().saturating_sub(3)
+                + self.other_programs.as_ref().map_or(0, |o| {
+                    o.name
+                        .split(' ')
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0)
+                });
+            if more > 0 {
+                let _ = write!(s, " +{more}");
+            }
+        }
         if let Some(ci) = &self.ci {
             if let Some(sys) = ci.system {
                 let a = |k: &str| ci.attributes.get(k).map(String::as_str);
@@ -244,6 +261,26 @@ impl ExecReport {
                     bytes(p.read_bytes),
                     bytes(p.write_bytes),
                     name(p)
+                );
+            }
+        }
+        if !self.programs.is_empty() {
+            let _ = writeln!(
+                s,
+                "  {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  PROGRAM",
+                "PROCS", "CPU", "RUNQ", "IOWAIT", "READ", "WRITE"
+            );
+            for p in self.programs.iter().chain(&self.other_programs) {
+                let _ = writeln!(
+                    s,
+                    "  {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
+                    p.processes,
+                    dur(p.on_cpu_ns),
+                    dur(p.runq_delay_ns),
+                    dur(p.iowait_ns),
+                    bytes(p.read_bytes),
+                    bytes(p.write_bytes),
+                    printable(&p.name)
                 );
             }
         }

@@ -381,8 +381,10 @@ fn test(filter: Option<&str>) -> Result<()> {
     lint()?;
     // The network tests make namespaces and veth pairs with ip(8); the TLS export test makes
     // a private CA with openssl and terminates TLS with socat; the report test loads its page
-    // in headless Chromium.
+    // in headless Chromium; the programs test builds C files with make.
     ensure_debian_packages(&[
+        ("gcc", "cc"),
+        ("make", "make"),
         ("iproute2", "ip"),
         ("openssl", "openssl"),
         ("socat", "socat"),

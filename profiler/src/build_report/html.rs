@@ -836,6 +836,21 @@ fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
         }
         s.push_str("</ol>");
     }
+    if !r.programs.is_empty() {
+        let total = r.cpu.on_cpu_ns.max(1);
+        s.push_str("<ul class=\"programs\">");
+        for p in r.programs.iter().take(5).chain(&r.other_programs) {
+            let _ = write!(
+                s,
+                "<li><b>{}</b> &times;{} &middot; CPU {} ({:.1}%)</li>",
+                esc(&p.name),
+                p.processes,
+                dur(p.on_cpu_ns),
+                p.on_cpu_ns as f64 * 100.0 / total as f64
+            );
+        }
+        s.push_str("</ul>");
+    }
     if !r.notes.is_empty() {
         s.push_str("<ul class=\"notes\">");
         for n in &r.notes {

@@ -50,6 +50,11 @@ pub struct Record {
     pub io: Io,
     pub tasks: Tasks,
     pub processes: Vec<Process>,
+    /// Written by versions that break execs down by program.
+    #[serde(default)]
+    pub programs: Vec<crate::record::ProgramReport>,
+    #[serde(default)]
+    pub other_programs: Option<crate::record::ProgramReport>,
     pub cgroup: Option<Cgroup>,
     pub network: Option<Network>,
     pub notes: Vec<String>,
@@ -469,6 +474,27 @@ impl Build {
             .count()
     }
 
+    /// Every program of the build, summed over the execs (the listed ones of each, and each
+    /// exec's rest as one `other`), most on-CPU first: (name, processes, on-CPU ns).
+    pub fn programs(&self) -> Vec<(String, u64, u64)> {
+        let mut by: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for r in &self.records {
+            for p in &r.programs {
+                let e = by.entry(p.name.clone()).or_default();
+                e.0 += p.processes;
+                e.1 = e.1.saturating_add(p.on_cpu_ns);
+            }
+            if let Some(o) = &r.other_programs {
+                let e = by.entry("other".into()).or_default();
+                e.0 += o.processes;
+                e.1 = e.1.saturating_add(o.on_cpu_ns);
+            }
+        }
+        let mut v: Vec<(String, u64, u64)> = by.into_iter().map(|(n, (p, c))| (n, p, c)).collect();
+        v.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+
     /// Execs whose main program did not exit 0.
     pub fn failed(&self) -> usize {
         self.records.iter().filter(|r| r.failed()).count()
@@ -582,6 +608,7 @@ pub(crate) mod tests {
                 live: None,
                 now_ns: 51_000,
                 top: 10,
+                programs: 20,
                 notes: Vec::new(),
                 cgroup: None,
                 network,

@@ -119,6 +119,20 @@ pub fn render(build: &Build, top: usize) -> String {
         dur(stall)
     );
 
+    let programs = build.programs();
+    if !programs.is_empty() {
+        let total: u64 = programs.iter().map(|p| p.2).fold(0, u64::saturating_add);
+        let _ = writeln!(s, "\nprograms by on-CPU time, over every exec:");
+        for (name, procs, cpu) in programs.iter().take(top.max(1) * 2) {
+            let _ = writeln!(
+                s,
+                "  {:>10} {:>6}  {}: {procs} processes",
+                dur(*cpu),
+                pct(*cpu, total),
+                crate::render::printable(name)
+            );
+        }
+    }
     let failed: Vec<&Record> = build.records.iter().filter(|r| r.failed()).collect();
     if !failed.is_empty() {
         let _ = writeln!(s, "\nfailed execs:");

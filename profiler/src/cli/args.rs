@@ -21,6 +21,9 @@ pub struct CommonArgs {
     /// Processes listed per exec: the top N by CPU, by IO and by stall (0 lists all kept).
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Programs listed per exec, most on-CPU first; the rest are summed (0 lists them all).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub programs: usize,
     /// Kernel BTF to read struct layouts and attach points from.
     #[arg(long, default_value = DEFAULT_BTF, value_name = "FILE")]
     pub btf: String,

@@ -128,6 +128,7 @@ pub(crate) fn options(
         exec_depth,
         btf: common.btf.clone(),
         top: common.top,
+        programs: common.programs,
         keep_procs: common.top.max(256),
         grace: common.grace,
         limits: Limits {

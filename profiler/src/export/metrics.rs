@@ -1,7 +1,7 @@
 //! The exported metrics: one table of definitions, and the data points of an exec record.
 //! OTLP and the Prometheus endpoint both take their metrics from here.
 
-use std::{borrow::Cow, collections::BTreeMap, sync::Arc};
+use std::{borrow::Cow, sync::Arc};
 
 use opentelemetry::{Key, KeyValue, StringValue, Value};
 
@@ -95,8 +95,8 @@ defs! {
         "execve calls in the exec (eBPF)";
     Exits = "profiler.exec.exits", Counter, "{exec}", true, 1,
         "1 for an ended exec, by the outcome of its main program: process.exit.code, or profiler.exec.exit.signal (eBPF, at the process's end); exported once, when the exec ends";
-    ProcessCpuTime = "profiler.process.cpu.time", Counter, "s", false, 10,
-        "CPU time of the exec's listed processes, by process.command (the 10 commands with the most CPU time)";
+    ProcessCpuTime = "profiler.process.cpu.time", Counter, "s", false, 11,
+        "CPU time of the exec's processes by program, process.executable.name: the 10 programs with the most, and `other` for the rest, summing to the exec's (eBPF); exported once, when the exec ends";
 }
 
 /// The one metric outside the per-exec table: how many execs are followed now (OTLP only,
@@ -110,8 +110,9 @@ pub const EXECS_RUNNING: Def = Def {
     description: "Execs the profiler follows now",
 };
 
-/// Commands whose CPU time an exec's `profiler.process.cpu.time` carries (those with the most).
-pub const COMMANDS_PER_EXEC: usize = 10;
+/// Programs whose CPU time an exec's `profiler.process.cpu.time` carries on series of their
+/// own (those with the most; the rest in `other`).
+pub const PROGRAMS_PER_EXEC: usize = 10;
 
 /// Histogram boundaries of [`M::DiskLatency`], in seconds: the log2 buckets of the kernel side.
 pub fn latency_bounds_s() -> Vec<f64> {
@@ -413,19 +414,28 @@ impl ExecSeries {
                 put(M::OomKills, vec![], *v as f64);
             }
         }
-        let mut by_comm: BTreeMap<&str, u64> = BTreeMap::new();
-        for pr in &r.processes {
-            *by_comm.entry(pr.comm.as_str()).or_default() += pr.on_cpu_ns;
-        }
-        let mut by_comm: Vec<(&str, u64)> = by_comm.into_iter().collect();
-        by_comm.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        by_comm.truncate(COMMANDS_PER_EXEC);
-        for (comm, ns) in by_comm {
-            put(
-                M::ProcessCpuTime,
-                vec![("process.command", comm.to_owned().into())],
-                secs(ns),
-            );
+        // By program, once the figures are final: a running exec's ranking can still change,
+        // and a program moving out of `other` would make that series go down.
+        if r.state == ExecState::Ended {
+            let mut other = r.other_programs.as_ref().map_or(0, |o| o.on_cpu_ns);
+            for (i, pr) in r.programs.iter().enumerate() {
+                if i < PROGRAMS_PER_EXEC {
+                    put(
+                        M::ProcessCpuTime,
+                        vec![("process.executable.name", pr.name.clone().into())],
+                        secs(pr.on_cpu_ns),
+                    );
+                } else {
+                    other += pr.on_cpu_ns;
+                }
+            }
+            if other > 0 || r.other_programs.is_some() {
+                put(
+                    M::ProcessCpuTime,
+                    vec![("process.executable.name", "other".into())],
+                    secs(other),
+                );
+            }
         }
         let mut hists = Vec::new();
         for (d, h) in [("read", &d.read_latency), ("write", &d.write_latency)] {
