@@ -800,6 +800,9 @@ fn unreadable_metadata_and_a_dead_daemon_leave_notes() {
 /// are execs, named by docker and by BuildKit; nothing else on the host is.
 #[test]
 fn attach_alone_watches_every_runtime_found() {
+    // The parents of the other runtimes installed here, which the profiler makes when they
+    // are missing: removed afterwards when it did.
+    let _others = RuntimeCgroups::watch(&["libpod_parent", "default"]);
     let d = Dockerd::start();
     d.docker_ok(&["import", base_image_tar().to_str().unwrap(), "pbase:1"]);
     let p = Attached::start_with(&[], &[("DOCKER_HOST", &d.host())]);
