@@ -349,3 +349,47 @@ fn bidirectional_controls_are_escaped_like_the_other_controls() {
     assert!(!err.contains('\u{202e}'), "raw U+202E in the report: {err}");
     assert!(err.contains("\\u{202e}"), "{err}");
 }
+
+/// `run` forwards SIGTERM to the command, which ends as it chooses (here: exit 7, run's own
+/// code then), and the processes the command left behind are killed and said so.
+#[test]
+fn run_forwards_sigterm_and_kills_what_the_command_left() {
+    require_root();
+    let mut child = Command::new(profiler_bin())
+        .args([
+            "run",
+            "--output",
+            "json",
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 7' TERM; sleep 60 & echo ready; while :; do sleep 0.05; done",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // SAFETY: signal the profiler this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_for(&mut child, secs(20)).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("run did not end after SIGTERM")
+    });
+    let mut rec = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rec);
+    assert_eq!(status.code(), Some(7), "the command's own code: {rec}");
+    let rec: serde_json::Value = serde_json::from_str(rec.trim()).unwrap();
+    assert_eq!(rec["exit"]["code"], 7, "{rec}");
+    assert!(
+        rec["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "processes left behind by the command were killed"),
+        "the background sleep: {rec}"
+    );
+}
