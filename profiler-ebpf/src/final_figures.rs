@@ -84,7 +84,9 @@ pub(crate) fn exec_final(cgrp: *const u8, id: u64, pending: u64) {
     let nonidle_idx = if nr >= 1 { nr - 1 } else { 0 };
     let rstat = rd::<u64>(cgrp, fin!(cgroup_rstat_cpu));
     let cpu_ok = rstat != 0 && fin!(cgroup_bstat_sum) != ABSENT;
-    let mut deltas = [0u64; PSI_STATES];
+    // The weighted deltas are summed in the record itself (zeroed above), not in an array on
+    // the stack: sched_switch, where this is inlined, must stay within 480 bytes of stack
+    // (Linux 6.1 rounds each frame to 32 bytes and allows 512 for a program and its calls).
     let mut nonidle_total = 0u64;
     let mut pending_ns = 0u64;
     let nr_cpus = fin!(nr_cpus);
@@ -119,7 +121,7 @@ pub(crate) fn exec_final(cgrp: *const u8, id: u64, pending: u64) {
             nonidle_total += nonidle;
             for s in 0..PSI_STATES {
                 if s < nonidle_idx {
-                    deltas[s] += times[s].wrapping_sub(prev[s]) as u64 * nonidle;
+                    ev.psi_ns[s] += times[s].wrapping_sub(prev[s]) as u64 * nonidle;
                 }
             }
         }
@@ -138,7 +140,7 @@ pub(crate) fn exec_final(cgrp: *const u8, id: u64, pending: u64) {
         for s in 0..PSI_STATES {
             if s < nonidle_idx {
                 let t: u64 = rd(total, 8 * s as u32);
-                ev.psi_ns[s] = t + deltas[s].checked_div(div).unwrap_or(0);
+                ev.psi_ns[s] = t + ev.psi_ns[s].checked_div(div).unwrap_or(0);
             }
         }
         ev.flags |= FINAL_PSI;
