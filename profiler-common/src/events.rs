@@ -44,7 +44,8 @@ pub struct ProcExecEvent {
     pub comm: [u8; COMM_LEN],
     /// argv as NUL-separated strings, truncated to ARGS_LEN.
     pub args: [u8; ARGS_LEN],
-    /// When the program started (CLOCK_MONOTONIC).
+    /// When the program started (CLOCK_MONOTONIC), for an exec's first two programs (one may
+    /// be its main program); 0 for the others.
     pub ts_ns: u64,
 }
 

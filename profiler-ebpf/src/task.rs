@@ -75,7 +75,9 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
         // Already the new program's name (set before this tracepoint fires).
         (*ev).comm = comm_of(task);
         (*ev).args_len = 0;
-        (*ev).ts_ns = bpf_ktime_get_ns();
+        // Only an exec's first programs can be its main one, whose start the phases need: the
+        // clock read costs ~250 ns on a virtual machine whose TSC reads trap.
+        (*ev).ts_ns = if early { bpf_ktime_get_ns() } else { 0 };
         // The new program's argv, from its stack (set up before this tracepoint fires).
         let mm = ld_ptr(task, off!(task_mm));
         let start = ld::<u64>(mm, off!(mm_arg_start));
