@@ -376,10 +376,12 @@ fn report_of_a_recorded_run_in_chromium() {
         let other = u(&c["task_time_ns"])
             .saturating_sub(u(&c["on_cpu_ns"]) + u(&c["runq_delay_ns"]) + u(&c["iowait_ns"]));
         assert_eq!(cell("other"), other.to_string(), "other of {}", rec["exec"]);
-        assert_eq!(
-            row["state"]["text"].as_str().unwrap().split(',').next(),
-            rec["state"].as_str()
-        );
+        // The state, then the main program's outcome under it.
+        let state = row["state"]["text"].as_str().unwrap();
+        assert_eq!(state.split([',', '\n']).next(), rec["state"].as_str());
+        if let Some(code) = rec["exit"]["code"].as_u64() {
+            assert!(state.ends_with(&format!("exit {code}")), "{state}: {rec}");
+        }
     }
     let row_of = |path: &str| rows.iter().find(|r| path_of(r) == path).unwrap();
     let dd_row = row_of("dd-write");
@@ -617,7 +619,7 @@ fn report_of_a_recorded_run_in_chromium() {
         serde_json::json!(["test #555", [[gl_task, "_blank", "noopener noreferrer"]]])
     );
     // The odd exec's details: its path and command as text; the only bold text is the
-    // page's own (one process name per listed process).
+    // page's own (one name per listed process and per listed program).
     let odd_bar = format!(
         "#timeline .exec[data-row=\"{}\"] rect:not(.hit)",
         odd_row["row"].as_str().unwrap()
@@ -629,7 +631,7 @@ fn report_of_a_recorded_run_in_chromium() {
     assert!(tip.contains(odd_name), "{tip}");
     assert_eq!(
         b.eval("document.querySelectorAll('#tip b').length"),
-        b.eval("document.querySelectorAll('#tip ol.procs li').length"),
+        b.eval("document.querySelectorAll('#tip ol.procs li, #tip ul.programs li').length"),
         "markup from a record: {tip}"
     );
     assert_eq!(

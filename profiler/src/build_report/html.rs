@@ -454,11 +454,10 @@ fn missing(key: &'static str, why: String) -> Cell {
 }
 
 /// Columns: (key, header, sorts as text).
-const COLUMNS: [(&str, &str, bool); 17] = [
+const COLUMNS: [(&str, &str, bool); 16] = [
     ("exec", "exec", true),
     ("ci", "CI step", true),
     ("state", "state", true),
-    ("exit", "exit", true),
     ("start", "start", false),
     ("wall", "wall", false),
     ("task_time", "task time", false),
@@ -474,41 +473,35 @@ const COLUMNS: [(&str, &str, bool); 17] = [
     ("processes", "procs", false),
 ];
 
-/// The main program's outcome; a failure stands out. Sorted as text, failures apart from
-/// `exit 0`.
-fn exit_cell(r: &Record) -> Cell {
+/// The state, and under it the main program's outcome (a failure stands out). Sorted as
+/// text: `ended, exit 0` apart from `ended, exit 2` and `ended, SIGKILL`.
+fn state_cell(r: &Record, state: &str) -> Cell {
     match &r.exit {
         Some(e) => {
-            let v = e.status.summary();
-            let html = if r.failed() {
-                format!("<span class=\"failed\">{}</span>", esc(&v))
-            } else {
-                esc(&v)
-            };
+            let outcome = e.status.summary();
+            let class = if r.failed() { "sub failed" } else { "sub" };
             Cell {
-                key: "exit",
-                v,
-                html,
-                title: Some(format!("pid {}", e.pid)),
+                key: "state",
+                v: format!("{state}, {outcome}"),
+                html: format!(
+                    "{}<span class=\"{class}\">{}</span>",
+                    esc(state),
+                    esc(&outcome)
+                ),
+                title: Some(format!("its main program, pid {}: {outcome}", e.pid)),
             }
         }
         None => Cell {
-            key: "exit",
-            v: String::new(),
-            html: String::new(),
-            title: Some("no program was seen ending: still running, or none started".into()),
+            key: "state",
+            v: state.to_owned(),
+            html: esc(state),
+            title: None,
         },
     }
 }
 
 fn cells(r: &Record, t0: u64) -> Vec<Cell> {
     let b = r.breakdown();
-    let text = |key, v: &str| Cell {
-        key,
-        v: v.to_owned(),
-        html: esc(v),
-        title: None,
-    };
     let state = match (r.state, r.partial) {
         (State::Ended, false) => "ended",
         (State::Ended, true) => "ended, partial",
@@ -549,8 +542,7 @@ fn cells(r: &Record, t0: u64) -> Vec<Cell> {
             html: ci_html,
             title: None,
         },
-        text("state", state),
-        exit_cell(r),
+        state_cell(r, state),
         num("start", r.start_unix_ns - t0, offset(r.start_unix_ns - t0)),
         num("wall", r.wall_ns, dur(r.wall_ns)),
         num("task_time", b.task_ns, dur(b.task_ns)),

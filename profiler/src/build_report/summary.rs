@@ -231,7 +231,7 @@ mod tests {
         );
         let page = crate::build_report::html::render(&b, "t");
         assert!(page.contains(r#"data-failed="2""#));
-        assert!(page.contains(r#"<span class="failed">exit 2</span>"#));
+        assert!(page.contains(r#"<span class="sub failed">exit 2</span>"#));
         assert!(page.contains(r#"<g class="exec failed""#));
     }
 
