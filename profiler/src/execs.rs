@@ -423,8 +423,8 @@ pub struct Exec {
     /// The name its record gives it instead of its path (`profiler run`: the cgroup's path
     /// on the v2 mount, for the attached cgroup's own exec).
     pub report_as: Option<String>,
-    /// The user and system time its last record gave (see `record`: never less in a later one).
-    pub cpu_split: std::cell::Cell<(u64, u64)>,
+    /// The user and system time its last record gave (never less in a later one).
+    pub cpu_split: crate::record::CpuSplit,
 }
 
 impl Exec {

@@ -2,7 +2,7 @@
 //! and its inputs. How it is shown (a line, the detailed report, the live table, JSON) is in
 //! the `render` module.
 
-use std::{cell::Cell, collections::HashMap};
+use std::collections::HashMap;
 
 use profiler_common::*;
 use serde::{Deserialize, Serialize};
@@ -143,23 +143,42 @@ fn split_user_system(on_cpu: u64, utime: u64, stime: u64) -> (u64, u64) {
     (on_cpu - system, system)
 }
 
-/// An exec's user and system time never go down from one record to the next, as the kernel's
-/// cputime_adjust() keeps them for cpu.stat: the tick ratio that splits on-CPU time moves as
-/// the exec runs, and an exported counter that went down would read as a reset.
-fn split_kept_monotonic(mut c: CpuReport, last: &Cell<(u64, u64)>) -> CpuReport {
-    let (user, system) = last.get();
-    if c.on_cpu_ns < user + system {
-        return c;
+/// The user and system time an exec's last record gave: a later record never gives less of
+/// either, as the kernel's cputime_adjust() keeps them for cpu.stat (the tick ratio that splits
+/// on-CPU time moves as the exec runs, and an exported counter that went down would read as a
+/// reset).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuSplit {
+    user_ns: u64,
+    system_ns: u64,
+}
+
+impl CpuSplit {
+    /// `c` with neither side below this split, both still summing to its on-CPU time (when
+    /// they cannot, as given).
+    fn apply(self, mut c: CpuReport) -> CpuReport {
+        if c.on_cpu_ns < self.user_ns + self.system_ns {
+            return c;
+        }
+        if c.system_ns < self.system_ns {
+            c.system_ns = self.system_ns;
+            c.user_ns = c.on_cpu_ns - self.system_ns;
+        } else if c.user_ns < self.user_ns {
+            c.user_ns = self.user_ns;
+            c.system_ns = c.on_cpu_ns - self.user_ns;
+        }
+        c
     }
-    if c.system_ns < system {
-        c.system_ns = system;
-        c.user_ns = c.on_cpu_ns - system;
-    } else if c.user_ns < user {
-        c.user_ns = user;
-        c.system_ns = c.on_cpu_ns - user;
+
+    /// After a record: the split it gave, unless it could not keep this one.
+    pub fn keep(&mut self, c: &CpuReport) {
+        if c.on_cpu_ns >= self.user_ns + self.system_ns {
+            *self = Self {
+                user_ns: c.user_ns,
+                system_ns: c.system_ns,
+            };
+        }
     }
-    last.set((c.user_ns, c.system_ns));
-    c
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -563,7 +582,7 @@ impl ExecReport {
             start_unix_ns: monotonic_to_unix_ns(exec.started_ns),
             end_unix_ns: monotonic_to_unix_ns(exec.started_ns + wall_ns),
             live_tasks,
-            cpu: split_kept_monotonic((&counters).into(), &exec.cpu_split),
+            cpu: exec.cpu_split.apply((&counters).into()),
             disk: (&stats.disk).into(),
             io: (&counters).into(),
             tasks: TasksReport {
@@ -636,7 +655,7 @@ mod tests {
 
     #[test]
     fn an_execs_user_and_system_time_never_go_down() {
-        let last = Cell::new((0, 0));
+        let mut last = CpuSplit::default();
         let cpu = |on_cpu, utime, stime| {
             let (user_ns, system_ns) = split_user_system(on_cpu, utime, stime);
             CpuReport {
@@ -656,7 +675,8 @@ mod tests {
             // Both sides always add up to on-CPU.
             (4000, 1, 1, (2500, 1500)),
         ] {
-            let c = split_kept_monotonic(cpu(on_cpu, utime, stime), &last);
+            let c = last.apply(cpu(on_cpu, utime, stime));
+            last.keep(&c);
             assert_eq!((c.user_ns, c.system_ns), want, "{on_cpu} {utime}:{stime}");
         }
     }

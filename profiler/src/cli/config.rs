@@ -188,9 +188,11 @@ mod tests {
     use super::*;
 
     fn expand_with(text: &str, args: &[&str]) -> Result<Vec<String>, String> {
-        let dir = std::env::temp_dir().join(format!("profiler-config-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.toml", args.join("_").len() + text.len()));
+        // One file per call (tests run in parallel), removed after: nothing left in /tmp.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("profiler-config-{}-{n}.toml", std::process::id()));
         fs::write(&path, text).unwrap();
         let mut argv: Vec<OsString> = args.iter().map(OsString::from).collect();
         argv.push("--config".into());

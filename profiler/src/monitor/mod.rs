@@ -1,30 +1,38 @@
 //! Ties the pieces together: load and attach the programs on a cgroup subtree, register the
-//! execs already there, then turn kernel events and map reads into exec records.
+//! execs already there (start.rs), then turn kernel events and map reads into exec records,
+//! each when its figures are final (ending.rs).
 
 use std::{
     collections::{HashMap, HashSet},
-    fs,
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result};
-use profiler_common::*;
+use anyhow::Result;
+use profiler_common::{DROP_COUNTERS, DropReason, EV_EXEC_CREATED, ExecStats};
+
+mod ending;
+mod start;
+
+use ending::{EndState, Ending, ending, tasks_settled};
 
 use crate::{
-    cgroup::{self, Hierarchy},
+    cgroup,
     cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
     ci::{CiContext, CiEnv},
     clock::monotonic_ns,
-    execs::{Event, Execs, Followup, Live, ProcEnv, Snapshot, args_summary, cstr},
-    host::{check_privileges, enable_delay_accounting, kernel_release, own_netns_inum},
-    kernel_layout::{KernelBtf, KernelLayout, aya_btf},
+    execs::{Event, Execs, Followup, Live, ProcEnv, Snapshot, cstr},
+    kernel_layout::KernelLayout,
     network::{FaultSamples, NetInput, NetReport},
     probes::{ExecNet, Limits, Probes, ProgramCost},
     record::{ExecReport, Inputs},
     runtime::{Lookup, Resolver},
-    sources::{BLOCK_START, BLOCK_START_FALLBACK},
 };
+
+/// An exec's tasks that have not switched out for the last time, as the kernel counts them.
+fn pending(stats: &Option<ExecStats>) -> i64 {
+    stats.map(|s| s.pending as i64).unwrap_or(0)
+}
 
 /// How long a new exec may go without a first program before its series are exported
 /// nameless.
@@ -91,116 +99,6 @@ pub struct Monitor {
 const MAX_ENVS: usize = 4096;
 
 impl Monitor {
-    pub fn start(opts: Options, resolver: Option<Resolver>) -> Result<Self> {
-        check_privileges()?;
-        crate::clock::unix_offset_ns(); // fixed from now on for this run's records
-        let hierarchy = Hierarchy::find()?;
-        let kbtf = KernelBtf::open(&opts.btf)?;
-        let release = kernel_release();
-        let block_getrq_fallback = kbtf.preflight(&release)?;
-        let layout = kbtf.layout()?;
-        drop(kbtf);
-        let controllers = hierarchy.controllers();
-        let blkcg =
-            controllers.iter().any(|c| c == "io") && controllers.iter().any(|c| c == "memory");
-        let attribution = if blkcg {
-            "block IO is charged to the cgroup of each bio's blkcg (cgroup writeback: buffered \
-             writes go to the exec that dirtied them)"
-        } else {
-            "block IO is charged to the submitting task's exec (no io+memory controllers in \
-             cgroup v2, so no cgroup writeback: buffered writes flushed later by writeback are \
-             not charged to any exec)"
-        };
-        let base_id = cgroup::cgroup_id(&opts.cgroup)?;
-        let config = Config {
-            base_cgroup_id: base_id,
-            exec_depth: opts.exec_depth,
-            blkcg_attribution: blkcg as u32,
-            block_getrq_fallback: block_getrq_fallback as u32,
-            host_netns_inum: own_netns_inum()?,
-            exec_slots: opts.limits.exec_slots(),
-            cgroup_slots: opts.limits.cgroup_slots(),
-        };
-        let mut probes = Probes::load(&layout, config, opts.limits, aya_btf(&opts.btf)?)?;
-        let mut notes: Vec<String> = layout
-            .missing
-            .iter()
-            .map(|f| format!("kernel {release} lacks {f}: figures that need it are zero"))
-            .collect();
-        notes.extend(enable_delay_accounting());
-        let mut notices = vec![attribution.to_owned()];
-        if block_getrq_fallback {
-            notices.push(format!(
-                "kernel {release} lacks {} (Linux {}+): block requests are tied to their exec \
-                 at {BLOCK_START_FALLBACK} and counted from their first issue",
-                BLOCK_START.name, BLOCK_START.since
-            ));
-        }
-
-        match probes.discover_percpu(layout.finals.nr_cpus) {
-            Ok(_) => {}
-            Err(why) => notices.push(format!(
-                "final PSI totals and cpu usage at an exec's removal are not read ({why}): they come from the last sample"
-            )),
-        }
-        probes.attach_cgroup_programs()?;
-        let base_path = hierarchy.kernel_path(&opts.cgroup);
-        let mut execs = Execs::new(&base_path, opts.keep_procs);
-        register_existing(&mut probes, &mut execs, &hierarchy, &opts)?;
-        probes.unmap_cgroups();
-        let file_layout = FileLayout::discover(&hierarchy.mount);
-        let partial_procs = take_baselines(&mut probes, &mut execs)?;
-        probes.attach_task_programs()?;
-        let cgroup_dir = fs::File::open(&opts.cgroup)
-            .with_context(|| format!("cannot open {}", opts.cgroup.display()))?;
-        probes.attach_net_programs(&cgroup_dir);
-        for (what, status) in [
-            ("socket", &probes.net.sockets),
-            ("interface", &probes.net.interfaces),
-        ] {
-            if let Err(why) = status {
-                notices.push(format!("no per-exec {what} traffic: {why}"));
-            }
-        }
-        for (exec, tgid) in partial_procs {
-            if let Some(e) = execs.get_mut(exec) {
-                let (comm, args) = proc_cmdline(tgid);
-                e.procs.set_args_if_unknown(tgid, &comm, args);
-            }
-        }
-        let mut mon = Self {
-            probes,
-            execs,
-            files: HashMap::new(),
-            net_faults: HashMap::new(),
-            file_layout,
-            final_names: FinalNames {
-                psi_states: layout.psi_states.clone(),
-                memcg_events: layout.memcg_events.clone(),
-            },
-            opts,
-            forget: Vec::new(),
-            layout,
-            drops_seen: [0; DROP_COUNTERS as usize],
-            sweeps: 0,
-            notes,
-            notices,
-            resolver,
-            metadata_pending: HashSet::new(),
-            envs: HashMap::new(),
-            drains: 0,
-        };
-        for id in mon.execs.ids() {
-            mon.open_files(id);
-            mon.request_metadata(id);
-        }
-        // Parsing the kernel's BTF (twice: layout, loader) took tens of MiB that are free now;
-        // glibc keeps freed heap unless asked to return it.
-        // SAFETY: no arguments beyond the pad size; only releases free memory.
-        unsafe { libc::malloc_trim(0) };
-        Ok(mon)
-    }
-
     /// What to say once at start: how figures are measured here and what is degraded.
     pub fn notices(&self) -> Vec<String> {
         self.notices.iter().chain(&self.notes).cloned().collect()
@@ -427,63 +325,62 @@ impl Monitor {
             self.probes.forget_cgroup(id);
             self.execs.forget_rolled_up(id);
         }
-        let mut out = Vec::new();
         let now_ns = monotonic_ns();
-        // Read once, when the first exec is ready to end.
-        let mut net: Option<HashMap<u64, ExecNet>> = None;
-        for (id, removed_ns) in self.execs.removed() {
-            let stats = self.probes.exec_stats(id);
-            let pending = stats.map(|s| s.pending as i64).unwrap_or(0);
-            let waited = Duration::from_nanos(now_ns.saturating_sub(removed_ns));
-            if pending > 0 && waited < self.opts.grace {
-                continue;
-            }
+        let waited = |removed_ns: u64| Duration::from_nanos(now_ns.saturating_sub(removed_ns));
+        // Execs whose tasks are all gone (or whose grace period is over), with their totals.
+        let settled: Vec<(u64, u64, Option<ExecStats>)> = self
+            .execs
+            .removed()
+            .into_iter()
+            .map(|(id, removed_ns)| (id, removed_ns, self.probes.exec_stats(id)))
+            .filter(|(_, removed_ns, stats)| {
+                tasks_settled(pending(stats), waited(*removed_ns), self.opts.grace)
+            })
+            .collect();
+        let mut out = Vec::new();
+        if !settled.is_empty() {
             // Records of the last tasks were emitted before their pending count dropped.
             self.drain();
-            // Final cgroup figures taken at removal while tasks were still exiting are taken
-            // again by the last one: wait for those (within the grace period).
-            let late = self
-                .execs
-                .get(id)
-                .and_then(|e| e.final_figures)
-                .is_some_and(|f| f.pending > 0);
-            if (late || self.metadata_pending.contains(&id)) && waited < self.opts.grace {
+        }
+        // Read once, when the first exec ends (map reads are kept rare: see `sweep`).
+        let mut net: Option<HashMap<u64, ExecNet>> = None;
+        for (id, removed_ns, stats) in settled {
+            let state = EndState {
+                pending_tasks: pending(&stats),
+                waited: waited(removed_ns),
+                late_finals: self
+                    .execs
+                    .get(id)
+                    .and_then(|e| e.final_figures)
+                    .is_some_and(|f| f.pending > 0),
+                metadata_pending: self.metadata_pending.contains(&id),
+            };
+            let Ending::Report { notes } = ending(&state, self.opts.grace) else {
                 continue;
-            }
-            let mut notes = Vec::new();
-            if self.metadata_pending.remove(&id) {
-                notes.push(format!(
-                    "container metadata was not read within {:?} of the exec's end",
-                    self.opts.grace
-                ));
-            }
-            if pending > 0 {
-                notes.push(format!(
-                    "{pending} task(s) had not switched out for the last time within {:?} of \
-                     the cgroup's removal (stuck exiting, or a switch the kernel ran no BPF \
-                     program for): their figures are missing",
-                    self.opts.grace
-                ));
-            }
+            };
+            self.metadata_pending.remove(&id);
             let net = net
                 .get_or_insert_with(|| self.probes.net_by_exec())
                 .remove(&id)
                 .unwrap_or_default();
-            out.push(self.finish(id, stats, notes, None, net));
+            let report = self.record(id, stats, notes, None, &net);
+            self.release(id, report.as_ref(), &net);
+            out.extend(report);
         }
         self.probes.unmap_cgroups();
         out
     }
 
-    fn finish(
-        &mut self,
+    /// The record of an exec, ended or running; nothing is changed (see [`Self::release`]).
+    fn record(
+        &self,
         id: u64,
         stats: Option<ExecStats>,
         mut notes: Vec<String>,
         snap: Option<&Snapshot>,
-        net: ExecNet,
-    ) -> ExecReport {
-        let exec = self.execs.get(id).cloned().expect("finish of a known exec");
+        net: &ExecNet,
+    ) -> Option<ExecReport> {
+        let exec = self.execs.get(id)?;
         if exec.removed_ns.is_some() && self.metadata_pending.contains(&id) {
             notes.push("container metadata had not arrived when the exec was reported".into());
         }
@@ -521,10 +418,6 @@ impl Monitor {
             c.crosscheck(stats.disk.read_bytes, stats.disk.write_bytes);
             c
         });
-        // An ended exec's namespaces and interface counters leave the kernel maps here.
-        if exec.removed_ns.is_some() {
-            self.probes.forget_net(&net);
-        }
         let network = Some(NetReport::build(NetInput {
             sock: &stats.sock,
             sockets_status: &self.probes.net.sockets,
@@ -533,8 +426,8 @@ impl Monitor {
             ifaces: &net.ifaces,
             faults: self.net_faults.get(&id),
         }));
-        let report = ExecReport::build(
-            &exec,
+        Some(ExecReport::build(
+            exec,
             Inputs {
                 stats: &stats,
                 live,
@@ -545,14 +438,23 @@ impl Monitor {
                 cgroup,
                 network,
             },
-        );
-        // The split its record gave, for the next record (the record was made from a copy).
-        if let Some(e) = self.execs.get(id) {
-            e.cpu_split.set(exec.cpu_split.get());
+        ))
+    }
+
+    /// After an exec's record: keep the user/system split it gave (see `CpuSplit`); an
+    /// ended exec leaves the model, and its entries and slots leave the kernel maps.
+    fn release(&mut self, id: u64, report: Option<&ExecReport>, net: &ExecNet) {
+        let Some(e) = self.execs.get_mut(id) else {
+            return;
+        };
+        if let Some(r) = report {
+            e.cpu_split.keep(&r.cpu);
         }
-        if exec.removed_ns.is_some()
-            && let Some((_, ids)) = self.execs.take(id)
-        {
+        if e.removed_ns.is_none() {
+            return;
+        }
+        self.probes.forget_net(net);
+        if let Some((_, ids)) = self.execs.take(id) {
             self.files.remove(&id);
             self.net_faults.remove(&id);
             self.metadata_pending.remove(&id);
@@ -561,7 +463,6 @@ impl Monitor {
                 self.probes.forget_cgroup(c);
             }
         }
-        report
     }
 
     /// Figures so far of the execs that still run.
@@ -605,7 +506,9 @@ impl Monitor {
                 continue;
             }
             let net = net.remove(&id).unwrap_or_default();
-            f(self.finish(id, stats, Vec::new(), Some(&snap), net));
+            let report = self.record(id, stats, Vec::new(), Some(&snap), &net);
+            self.release(id, report.as_ref(), &net);
+            report.into_iter().for_each(&mut f);
         }
         Ok(())
     }
@@ -623,13 +526,11 @@ impl Monitor {
         let mut net = self.probes.net_by_exec();
         for (id, _) in self.execs.removed() {
             let stats = self.probes.exec_stats(id);
-            out.push(self.finish(
-                id,
-                stats,
-                vec!["reported at shutdown before its last tasks were freed".into()],
-                None,
-                net.remove(&id).unwrap_or_default(),
-            ));
+            let net = net.remove(&id).unwrap_or_default();
+            let notes = vec!["reported at shutdown before its last tasks were freed".into()];
+            let report = self.record(id, stats, notes, None, &net);
+            self.release(id, report.as_ref(), &net);
+            out.extend(report);
         }
         out.extend(self.live()?);
         self.warn_drops();
@@ -694,113 +595,4 @@ impl Monitor {
     pub fn layout_missing(&self) -> &[String] {
         &self.layout.missing
     }
-}
-
-/// Register the cgroups already in the subtree: execs down to exec depth, deeper ones rolled
-/// up. Each cgroup is registered before its children are listed, so that children created
-/// meanwhile are caught by the cgroup_mkdir program instead. With `only_nests`, the subtrees
-/// of the outermost nests instead, each nest an exec of its own.
-fn register_existing(
-    probes: &mut Probes,
-    execs: &mut Execs,
-    h: &Hierarchy,
-    opts: &Options,
-) -> Result<()> {
-    if !opts.only_nests {
-        return register_tree(probes, execs, h, opts, &opts.cgroup);
-    }
-    for top in &opts.nests {
-        let inner = opts.nests.iter().any(|n| n != top && top.starts_with(n));
-        if !inner {
-            register_tree(probes, execs, h, opts, top)?;
-        }
-    }
-    Ok(())
-}
-
-/// One watched tree: `base` at depth 0 (an exec), its nests at depth 0 inside it (rolled into
-/// `base`'s exec: the cgroups made in them later are execs).
-fn register_tree(
-    probes: &mut Probes,
-    execs: &mut Execs,
-    h: &Hierarchy,
-    opts: &Options,
-    base: &Path,
-) -> Result<()> {
-    let mut ids: HashMap<PathBuf, u64> = HashMap::new();
-    let now = monotonic_ns();
-    cgroup::walk(base, &mut |f| {
-        ids.insert(f.path.clone(), f.id);
-        if f.path != base && opts.nests.contains(&f.path) {
-            let root = ids[base];
-            probes.add_cgroup(f.id, root, 0)?;
-            execs.add_rolled_up(f.id, root);
-            return Ok(());
-        }
-        // Depth counts from the innermost nest the cgroup is in, else from the base.
-        let top = opts
-            .nests
-            .iter()
-            .filter(|n| f.path.starts_with(n) && n.starts_with(base))
-            .max_by_key(|n| n.components().count())
-            .map_or(base, |n| n.as_path());
-        let rel = f.path.strip_prefix(top).unwrap_or(Path::new(""));
-        let depth = rel.components().count() as u32;
-        let exec_id = if depth <= opts.exec_depth {
-            f.id
-        } else {
-            // The ancestor at exec depth.
-            let anc: PathBuf = top.join(
-                rel.components()
-                    .take(opts.exec_depth as usize)
-                    .collect::<PathBuf>(),
-            );
-            *ids.get(&anc)
-                .context("ancestor of a cgroup vanished during the walk")?
-        };
-        probes.add_cgroup(f.id, exec_id, depth)?;
-        if exec_id == f.id {
-            execs.add_exec(f.id, &h.kernel_path(&f.path), now);
-        } else {
-            execs.add_rolled_up(f.id, exec_id);
-        }
-        Ok(())
-    })
-}
-
-/// Tasks already running in the subtree are counted from now on: record their counters as
-/// baselines, and mark their execs partial. Returns (exec, tgid) of their processes.
-fn take_baselines(probes: &mut Probes, execs: &mut Execs) -> Result<Vec<(u64, u32)>> {
-    let recs = probes.snapshot()?;
-    let mut procs = Vec::new();
-    for r in &recs {
-        let b = TaskBaseline {
-            start_time_ns: r.start_time_ns,
-            exec_id: r.exec_id,
-            counters: r.counters,
-        };
-        if let Err(e) = probes.baselines.insert(r.pid, b, 0) {
-            eprintln!(
-                "profiler: warning: cannot record the baseline of task {}: {e}",
-                r.pid
-            );
-        }
-        if let Some(e) = execs.get_mut(r.exec_id) {
-            e.partial = true;
-        }
-        if r.flags & TASK_LEADER != 0 {
-            procs.push((r.exec_id, r.tgid));
-        }
-    }
-    Ok(procs)
-}
-
-/// comm and argv summary of a running process, from /proc.
-fn proc_cmdline(tgid: u32) -> (String, String) {
-    let comm = fs::read_to_string(format!("/proc/{tgid}/comm"))
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
-    let raw = fs::read(format!("/proc/{tgid}/cmdline")).unwrap_or_default();
-    (comm, args_summary(&raw, 96))
 }
