@@ -12,15 +12,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::{
-    cgroup_files::{CgroupReport, DiskCrosscheck, PressureReport, PsiReport, Sourced, When},
     ci::{CiContext, TraceContext},
     export::metrics::{DEFS, Def, EXECS_RUNNING, ExecAttributes, ExecSeries, Kind},
-    network::{Faults, InterfaceReport, NetReport, SampledFaults, SocketsReport, Traffic},
     record::{
         CpuReport, DiskReport, ExecExit, ExecReport, ExecState, ExitReport, Histogram, IoReport,
         OtherReport, Phases, ProcReport, ProgramReport, TasksReport,
     },
     runtime::{ContainerInfo, K8s},
+    sources::cgroup_files::{
+        CgroupReport, DiskCrosscheck, PressureReport, PsiReport, Sourced, When,
+    },
+    sources::net::{Faults, InterfaceReport, NetReport, SampledFaults, SocketsReport, Traffic},
 };
 
 pub(crate) const FIGURES: &str = include_str!("../../docs/figures.md");

@@ -57,8 +57,8 @@ pub fn enable_delay_accounting() -> Option<String> {
         Ok(v) if v.trim() == "1" => None,
         Ok(_) => match fs::write(KNOB, "1") {
             Ok(()) => {
-                eprintln!(
-                    "profiler: enabled kernel.task_delayacct for IO-wait figures \
+                log::info!(
+                    "enabled kernel.task_delayacct for IO-wait figures \
                      (tasks started earlier have none)"
                 );
                 None

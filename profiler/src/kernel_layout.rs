@@ -8,9 +8,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 
 use crate::sources;
 use btf_rs::{Btf, Type};
-use profiler_common::{
-    ABSENT, FinalOffsets, KernelOffsets, MAX_CPUS, Need, NetOffsets, PSI_STATES,
-};
+use profiler_common::{ABSENT, FinalOffsets, KernelOffsets, Need, NetOffsets};
 
 pub const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
 
@@ -72,11 +70,10 @@ impl KernelBtf {
             .unwrap_or(false)
     }
 
-    /// The required tracepoints (of [`sources::PROGRAMS`]) missing from this kernel, with the
+    /// The required tracepoints (of [`sources::programs`]) missing from this kernel, with the
     /// version they need.
     pub fn missing_tracepoints(&self) -> Vec<(&'static str, &'static str)> {
-        sources::PROGRAMS
-            .iter()
+        sources::programs()
             .filter(|p| p.stage != sources::Stage::Interfaces && !self.has_tracepoint(p.name))
             .map(|p| (p.name, p.since))
             .collect()
@@ -92,8 +89,8 @@ impl KernelBtf {
                  profiler cannot attach here"
             );
         }
-        let block_start = sources::BLOCK_START.name;
-        let fallback = sources::BLOCK_START_FALLBACK;
+        let block_start = sources::block::START.name;
+        let fallback = sources::block::START_FALLBACK;
         let block_getrq_fallback = !self.has_tracepoint(block_start);
         if block_getrq_fallback && !self.has_tracepoint(fallback) {
             bail!(
@@ -358,7 +355,7 @@ impl KernelBtf {
     }
 
     /// Is the member a pointer?
-    fn is_pointer(&self, root: &str, path: &str) -> bool {
+    pub(crate) fn is_pointer(&self, root: &str, path: &str) -> bool {
         let Some(mut s) = self.struct_by_name(root) else {
             return false;
         };
@@ -380,138 +377,6 @@ impl KernelBtf {
             };
         }
         false
-    }
-
-    /// Offsets for the network namespace and interface programs: all or nothing.
-    fn net_offsets(&self) -> Result<NetOffsets, String> {
-        let mut n = NetOffsets::ABSENT;
-        for f in NetOffsets::FIELDS {
-            match (self.field(f.ty, f.path), n.slot_mut(f.slot)) {
-                (Some((off, sz)), Some(slot)) if sz == f.size => *slot = off,
-                _ => {
-                    return Err(format!(
-                        "kernel struct field {}.{} not found in BTF",
-                        f.ty, f.path
-                    ));
-                }
-            }
-        }
-        Ok(n)
-    }
-
-    /// Offsets for the figures read at a cgroup's removal. What this kernel lacks is ABSENT
-    /// (and listed in `missing`), a group of fields used together as a whole: those figures
-    /// then come from the last sample of the files.
-    fn final_offsets(&self, missing: &mut Vec<String>) -> (FinalOffsets, EnumNames, EnumNames) {
-        let mut f = FinalOffsets::ABSENT;
-        let mut broken: Vec<&'static str> = Vec::new();
-        for b in FinalOffsets::FIELDS {
-            let found = self
-                .field(b.ty, b.path)
-                .filter(|&(_, sz)| b.size == 0 || sz == b.size);
-            match (found, f.slot_mut(b.slot)) {
-                (Some((off, _)), Some(slot)) => *slot = off,
-                _ => match b.group {
-                    Some(g) => broken.push(g),
-                    None => missing.push(format!("{}.{}", b.ty, b.path)),
-                },
-            }
-        }
-        let off = |root: &str, path: &str| self.field(root, path).map(|(o, _)| o);
-        // Before 6.15 the per-cpu base stats were cgroup.rstat_cpu, of type cgroup_rstat_cpu.
-        if broken.contains(&"rstat")
-            && let (Some(a), Some(b), Some(c), Some(d)) = (
-                off("cgroup", "bstat.cputime.sum_exec_runtime"),
-                off("cgroup", "rstat_cpu"),
-                off("cgroup_rstat_cpu", "bstat.cputime.sum_exec_runtime"),
-                off("cgroup_rstat_cpu", "last_bstat.cputime.sum_exec_runtime"),
-            )
-        {
-            broken.retain(|g| *g != "rstat");
-            (f.cgroup_bstat_sum, f.cgroup_rstat_cpu) = (a, b);
-            (f.rstatc_bstat_sum, f.rstatc_last_bstat_sum) = (c, d);
-        }
-        // What the fields alone do not tell.
-        match (
-            self.percpu_var("runqueues"),
-            self.percpu_var("this_cpu_off"),
-        ) {
-            (Some(r), Some(t)) => (f.runqueues_secoff, f.this_cpu_off_secoff) = (r, t),
-            _ => broken.push("percpu"),
-        }
-        let states: Vec<(String, u32)> = self
-            .enum_values("psi_states")
-            .into_iter()
-            .map(|(n, v)| (n, v as u32))
-            .collect();
-        let nr = states
-            .iter()
-            .find(|(n, _)| n == "NR_PSI_STATES")
-            .map_or(0, |(_, v)| *v);
-        let avgs = self
-            .enum_values("psi_aggregators")
-            .into_iter()
-            .find(|(n, _)| n == "PSI_AVGS")
-            .map(|(_, v)| v);
-        if self.is_pointer("cgroup", "psi")
-            && nr >= 2
-            && nr as usize <= PSI_STATES
-            && avgs == Some(0)
-        {
-            f.nr_psi_states = nr;
-        } else {
-            broken.push("psi");
-        }
-        let ids = self.enum_values("cgroup_subsys_id");
-        let id_of = |n: &str| ids.iter().find(|(x, _)| x == n).map(|(_, v)| *v as u32);
-        match id_of("memory_cgrp_id") {
-            Some(id) if f.memcg_css == 0 => f.memory_cgrp_id = id,
-            _ => broken.push("memory"),
-        }
-        match id_of("pids_cgrp_id") {
-            Some(id) if f.pids_css == 0 => f.pids_cgrp_id = id,
-            _ => broken.push("pids"),
-        }
-        broken.sort_unstable();
-        broken.dedup();
-        for g in broken {
-            let mut names = Vec::new();
-            for b in FinalOffsets::FIELDS.iter().filter(|b| b.group == Some(g)) {
-                names.push(format!("{}.{}", b.ty, b.path));
-                if let Some(slot) = f.slot_mut(b.slot) {
-                    *slot = ABSENT;
-                }
-            }
-            let what = match g {
-                "percpu" => {
-                    (f.runqueues_secoff, f.this_cpu_off_secoff) = (u64::MAX, u64::MAX);
-                    names.push("per-cpu runqueues, this_cpu_off".into());
-                    "per-cpu areas"
-                }
-                "psi" => {
-                    f.nr_psi_states = 0;
-                    names.push("enum psi_states, psi_aggregators".into());
-                    "cgroup PSI internals"
-                }
-                "memory" => {
-                    f.memory_cgrp_id = ABSENT;
-                    "memory controller internals (memory.peak, memory.events)"
-                }
-                "pids" => {
-                    f.pids_cgrp_id = ABSENT;
-                    "pids controller internals (pids.peak)"
-                }
-                _ => "cgroup rstat internals (cpu usage)",
-            };
-            missing.push(format!("{what}: {}", names.join(", ")));
-        }
-        f.nr_cpus = crate::host::possible_cpus().min(MAX_CPUS);
-        let events: Vec<(String, u32)> = self
-            .enum_values("memcg_memory_event")
-            .into_iter()
-            .map(|(n, v)| (n, v as u32))
-            .collect();
-        (f, states, events)
     }
 }
 

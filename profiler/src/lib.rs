@@ -1,27 +1,26 @@
 //! profiler: per-exec resource profiling of cgroup subtrees with eBPF.
 //!
-//! Data flow: kernel programs (profiler-ebpf) -> maps keyed by cgroup id ([`probes`]) ->
+//! Data flow: kernel programs (profiler-ebpf) -> maps keyed by cgroup id ([`sources`], loaded by [`loader`]) ->
 //! userspace model of execs ([`execs`], driven by [`monitor`], named by [`runtime`] and
 //! [`ci`]) -> records ([`record`], shown by [`render`]) -> exporters ([`export`]). The command
 //! line is [`cli`]; `profiler report` reads records back ([`build_report`]).
 
 pub mod build_report;
 pub mod cgroup;
-pub mod cgroup_files;
 pub mod ci;
 pub mod cli;
 pub mod clock;
+pub mod diagnostics;
 #[cfg(test)]
 mod docs_check;
 pub mod execs;
 pub mod export;
 pub mod host;
 pub mod kernel_layout;
+pub mod loader;
 pub mod monitor;
-pub mod network;
 #[cfg(test)]
 mod outside_input;
-pub mod probes;
 pub mod programs;
 pub mod record;
 pub mod render;

@@ -14,10 +14,11 @@ fn main() -> ExitCode {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 * 1024);
     }
+    profiler::diagnostics::init();
     let args = match profiler::cli::config::expand(std::env::args_os().collect()) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("profiler: error: {e}");
+            log::error!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -41,17 +42,18 @@ fn main() -> ExitCode {
                 .collect();
             let what = what.join(" ");
             let what = what.strip_prefix("error: ").unwrap_or(&what);
-            eprintln!("profiler: error: {what} (see `profiler --help`)");
+            log::error!("{what} (see `profiler --help`)");
             return ExitCode::from(2);
         }
     };
+    profiler::diagnostics::set_verbosity(cli.verbose, cli.quiet);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("profiler: error: cannot start the async runtime: {e}");
+            log::error!("cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };

@@ -9,9 +9,9 @@ use proptest::prelude::*;
 
 use crate::{
     build_report::Build,
-    cgroup_files::parse,
     ci::{CiEnv, TraceContext},
     cli::{MAX_DURATION, parse_duration},
+    sources::cgroup_files::parse,
 };
 
 /// Text shaped like a cgroup file: keys, `=`, numbers (some huge or negative), odd bytes.

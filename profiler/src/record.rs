@@ -8,13 +8,13 @@ use profiler_common::*;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    cgroup_files::CgroupReport,
     ci::CiContext,
     clock::monotonic_to_unix_ns,
     execs::{Exec, Exit, Live, Proc, top_processes},
-    network::NetReport,
     programs::ProgramTotals,
     runtime::{ContainerInfo, Lookup},
+    sources::cgroup_files::CgroupReport,
+    sources::net::NetReport,
 };
 
 /// Whether an exec's figures are final.

@@ -285,21 +285,22 @@ impl ExecReport {
             }
         }
         if let Some(c) = &self.cgroup {
-            let psi =
-                |p: &Option<crate::cgroup_files::Sourced<crate::cgroup_files::PressureReport>>| {
-                    match p.as_ref().and_then(|p| p.value) {
-                        Some(v) => format!(
-                            "some {} full {}",
-                            v.some
-                                .map(|x| dur((x.total_s * 1e9) as u64))
-                                .unwrap_or_else(|| "-".into()),
-                            v.full
-                                .map(|x| dur((x.total_s * 1e9) as u64))
-                                .unwrap_or_else(|| "-".into())
-                        ),
-                        None => "n/a".into(),
-                    }
-                };
+            let psi = |p: &Option<
+                crate::sources::cgroup_files::Sourced<crate::sources::cgroup_files::PressureReport>,
+            >| {
+                match p.as_ref().and_then(|p| p.value) {
+                    Some(v) => format!(
+                        "some {} full {}",
+                        v.some
+                            .map(|x| dur((x.total_s * 1e9) as u64))
+                            .unwrap_or_else(|| "-".into()),
+                        v.full
+                            .map(|x| dur((x.total_s * 1e9) as u64))
+                            .unwrap_or_else(|| "-".into())
+                    ),
+                    None => "n/a".into(),
+                }
+            };
             let _ = writeln!(
                 s,
                 "  pressure   cpu {}  io {}  memory {}",
@@ -307,7 +308,8 @@ impl ExecReport {
                 psi(&c.io_pressure),
                 psi(&c.memory_pressure)
             );
-            let val = |x: &Option<crate::cgroup_files::Sourced<u64>>, f: fn(u64) -> String| {
+            let val = |x: &Option<crate::sources::cgroup_files::Sourced<u64>>,
+                       f: fn(u64) -> String| {
                 x.as_ref()
                     .and_then(|x| x.value)
                     .map(f)

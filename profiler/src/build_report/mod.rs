@@ -414,7 +414,7 @@ impl Build {
                 anyhow::anyhow!("{name} line {n}: not an exec record: {}", json_error(&e))
             })?;
             if let Err(why) = r.check() {
-                eprintln!("profiler: warning: {name} line {n}: skipped: {why}");
+                log::warn!("{name} line {n}: skipped: {why}");
                 continue;
             }
             match by_id.get(&r.cgroup_id) {
@@ -527,8 +527,8 @@ pub fn run(input: &str, html_out: &Path, top: usize) -> Result<()> {
     let page = html::render(&build, name);
     fs::write(html_out, page).with_context(|| format!("cannot write {}", html_out.display()))?;
     crate::cli::write_stdout(summary::render(&build, top).as_bytes())?;
-    eprintln!(
-        "profiler: wrote {} ({} execs)",
+    log::info!(
+        "wrote {} ({} execs)",
         html_out.display(),
         build.records.len()
     );
@@ -560,8 +560,8 @@ pub(crate) mod tests {
     fn reads_the_records_the_profiler_writes() {
         use crate::{
             execs::Execs,
-            network::{NetInput, NetReport},
             record::{ExecReport, Inputs},
+            sources::net::{NetInput, NetReport},
         };
         use profiler_common::{ExecStats, SockTraffic};
         let mut execs = Execs::new("/base", 10);

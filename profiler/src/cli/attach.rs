@@ -45,8 +45,8 @@ fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<
                 );
             }
             h.create(&c.cgroup_parent)?;
-            eprintln!(
-                "profiler: created {} (the runtime makes it at its first container)",
+            log::info!(
+                "created {} (the runtime makes it at its first container)",
                 c.cgroup_parent.display()
             );
         }
@@ -63,7 +63,7 @@ fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<
         let c = &connected[0];
         let dir = parent(c)?;
         // Said once the parent is known: an error is then the only line.
-        eprintln!("profiler: runtime {}", c.describe);
+        log::info!("runtime {}", c.describe);
         return Ok(Watched {
             nests: nests(h, &dir, c)?,
             dir,
@@ -75,8 +75,8 @@ fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<
     let mut all = Vec::new();
     for c in connected {
         if c.systemd {
-            eprintln!(
-                "profiler: not watching {}: its containers are units of {} among the host's \
+            log::info!(
+                "not watching {}: its containers are units of {} among the host's \
                  services; use --runtime",
                 c.describe,
                 c.cgroup_parent.display()
@@ -84,11 +84,7 @@ fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<
             continue;
         }
         let dir = parent(c)?;
-        eprintln!(
-            "profiler: runtime {} (watching {})",
-            c.describe,
-            dir.display()
-        );
+        log::info!("runtime {} (watching {})", c.describe, dir.display());
         all.extend(nests(h, &dir, c)?);
         all.push(dir);
     }
@@ -142,20 +138,20 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     opts.nests = w.nests;
     opts.only_nests = w.only_nests;
     let mut mon = Monitor::start(opts, Some(resolver))?;
-    eprintln!(
-        "profiler: attached to {shown} (exec depth {}, {} exec(s) present)",
+    log::info!(
+        "attached to {shown} (exec depth {}, {} exec(s) present)",
         args.exec_depth,
         mon.exec_ids().len()
     );
     if dir == h.mount && !w.only_nests {
         // `--cgroup .` or `/`: said plainly, since every top-level cgroup is then an exec.
-        eprintln!(
-            "profiler: note: watching the root of the cgroup v2 hierarchy: each top-level cgroup \
+        log::info!(
+            "note: watching the root of the cgroup v2 hierarchy: each top-level cgroup \
              (system.slice, user.slice, ...) is an exec"
         );
     }
     for n in mon.notices() {
-        eprintln!("profiler: note: {n}");
+        log::info!("note: {n}");
     }
     // SAFETY: the ring buffer's fd belongs to `mon`, which outlives `ring`.
     let ring = unsafe { watch(mon.events_fd())? };
@@ -213,7 +209,7 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
                     });
                     match r {
                         Ok(()) => x.set_live(live),
-                        Err(e) => eprintln!("profiler: warning: {e:#}"),
+                        Err(e) => log::warn!("{e:#}"),
                     }
                 }
                 Vec::new()
@@ -269,6 +265,13 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     }
     if args.common.bpf_stats {
         print_costs(&mon);
+    }
+    let (warnings, hidden) = crate::diagnostics::warnings();
+    if hidden > 0 {
+        log::info!(
+            "{warnings} warnings in all, {hidden} of them not shown (each place in the code \
+             shows at most 10 a minute)"
+        );
     }
     out_err.or(stop_err).map_or(Ok(0), Err)
 }

@@ -153,8 +153,7 @@ fn version(s: &str) -> Vec<u32> {
 
 /// The oldest Linux that has all that attach needs, and what needs it.
 fn kernel_needed() -> (&'static str, &'static str) {
-    sources::PROGRAMS
-        .iter()
+    sources::programs()
         .filter(|p| p.stage != sources::Stage::Interfaces)
         .map(|p| (p.since, p.name))
         .chain([(sources::ITERATORS_SINCE, "task iterators")])
@@ -201,8 +200,7 @@ fn btf_lines(path: &str, release: &str) -> Vec<Line> {
         }
     };
     let mut v = vec![line("btf", Status::Ok, path)];
-    let optional: Vec<&str> = sources::PROGRAMS
-        .iter()
+    let optional: Vec<&str> = sources::programs()
         .filter(|p| p.stage == sources::Stage::Interfaces && !btf.has_tracepoint(p.name))
         .map(|p| p.name)
         .collect();
@@ -250,9 +248,9 @@ fn tracepoints_line(preflight: Result<bool>, optional_missing: &[&str]) -> Line 
         lost.push(format!(
             "no {} (Linux {}+): block requests are tied to their exec at {} and counted from \
              their first issue",
-            sources::BLOCK_START.name,
-            sources::BLOCK_START.since,
-            sources::BLOCK_START_FALLBACK
+            sources::block::START.name,
+            sources::block::START.since,
+            sources::block::START_FALLBACK
         ));
     }
     if !optional_missing.is_empty() {
@@ -262,7 +260,7 @@ fn tracepoints_line(preflight: Result<bool>, optional_missing: &[&str]) -> Line 
         ));
     }
     if lost.is_empty() {
-        let n = sources::PROGRAMS.len() + 1;
+        let n = sources::programs().count() + 1;
         line(
             "tracepoints",
             Status::Ok,
@@ -296,7 +294,7 @@ fn program_types_line(iterators: bool, ringbuf: bool, cgroup_links: bool) -> Lin
             Status::Degraded,
             format!(
                 "no cgroup_skb links (CONFIG_CGROUP_BPF, Linux {}+): no per-exec socket traffic",
-                sources::SOCKET_PROGRAMS_SINCE
+                sources::net::SOCKET_PROGRAMS_SINCE
             ),
         );
     }

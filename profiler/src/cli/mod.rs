@@ -26,8 +26,8 @@ use crate::{
     ci::CiEnv,
     export::{Exporters, metrics::ExecAttributes},
     monitor::{Monitor, Options},
-    probes::Limits,
     record::ExecReport,
+    sources::cgroup::Limits,
     spawn::SpawnError,
 };
 
@@ -42,6 +42,13 @@ use crate::{
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// More messages on what the profiler does (-vv: its libraries' too). RUST_LOG, when set,
+    /// takes precedence (e.g. RUST_LOG=profiler=debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Fewer messages: -q leaves warnings and errors, -qq errors alone.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub quiet: u8,
 }
 
 #[derive(Debug, Subcommand)]
@@ -98,7 +105,7 @@ pub async fn run_cli(cli: Cli) -> i32 {
         Err(e) if e.is::<StdoutGone>() => 0,
         Err(e) => {
             let code = e.downcast_ref::<SpawnError>().map(|s| s.code).unwrap_or(1);
-            eprintln!("profiler: error: {}", one_line(&e));
+            log::error!("{}", one_line(&e));
             code
         }
     }
@@ -208,13 +215,13 @@ pub(crate) fn start_exporters(common: &CommonArgs) -> Result<Option<Exporters>> 
     };
     let x = Exporters::start(otlp, common.prometheus, attrs, common.max_execs as usize)?;
     for d in x.iter().flat_map(|x| x.describe()) {
-        eprintln!("profiler: {d}");
+        log::info!("{d}");
     }
     Ok(x)
 }
 
 pub(crate) fn print_costs(mon: &Monitor) {
-    eprintln!("profiler: eBPF program costs (kernel BPF statistics):");
+    log::info!("eBPF program costs (kernel BPF statistics):");
     for c in mon.costs() {
         let mean = (c.run_time.as_nanos() as u64)
             .checked_div(c.run_count)

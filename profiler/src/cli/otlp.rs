@@ -270,8 +270,8 @@ fn transport(f: &OtlpFlags, signal: &str, path: &str) -> Result<Option<Transport
     };
     let tls = tls_files(f, signal)?;
     if tls.is_set() && !endpoint.starts_with("https://") {
-        eprintln!(
-            "profiler: note: the OTLP certificate settings are not used: the endpoint \
+        log::info!(
+            "note: the OTLP certificate settings are not used: the endpoint \
              {endpoint} is not https://"
         );
     }

@@ -24,7 +24,7 @@ struct CgroupGuard(PathBuf);
 impl Drop for CgroupGuard {
     fn drop(&mut self) {
         if let Err(e) = cgroup::kill_and_remove(&self.0, Duration::from_secs(5)) {
-            eprintln!("profiler: warning: {e:#}");
+            log::warn!("{e:#}");
         }
     }
 }

@@ -9,9 +9,9 @@ use profiler_common::{LAT_BUCKETS, lat_bucket_floor_ns};
 use regex::Regex;
 
 use crate::{
-    cgroup_files::Sourced,
     record::{ExecReport, ExecState},
     runtime::container_id,
+    sources::cgroup_files::Sourced,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -466,8 +466,11 @@ fn value<T>(s: &Option<Sourced<T>>) -> Option<&T> {
     s.as_ref().and_then(|s| s.value.as_ref())
 }
 
-fn diff(a: &crate::network::Traffic, b: &crate::network::Traffic) -> crate::network::Traffic {
-    crate::network::Traffic {
+fn diff(
+    a: &crate::sources::net::Traffic,
+    b: &crate::sources::net::Traffic,
+) -> crate::sources::net::Traffic {
+    crate::sources::net::Traffic {
         rx_bytes: a.rx_bytes.saturating_sub(b.rx_bytes),
         rx_packets: a.rx_packets.saturating_sub(b.rx_packets),
         tx_bytes: a.tx_bytes.saturating_sub(b.tx_bytes),

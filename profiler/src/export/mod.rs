@@ -152,8 +152,8 @@ impl Shared {
                 self.finals.pop_front();
                 self.finals_dropped += 1;
                 if self.finals_dropped.is_power_of_two() {
-                    eprintln!(
-                        "profiler: warning: OTLP backlog full: {} ended execs' final records dropped so far",
+                    log::warn!(
+                        "OTLP backlog full: {} ended execs' final records dropped so far",
                         self.finals_dropped
                     );
                 }

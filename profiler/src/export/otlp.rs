@@ -273,12 +273,12 @@ impl PushMetricExporter for Acking {
         }
         match &r {
             Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
-                eprintln!("profiler: OTLP export to {} works again", self.endpoint)
+                log::info!("OTLP export to {} works again", self.endpoint)
             }
             Err(e) if !self.failing.swap(true, Ordering::Relaxed) => {
                 let cause = cause_of(&self.http_cause);
-                eprintln!(
-                    "profiler: warning: OTLP export to {} failed ({e}{cause}); measuring goes \
+                log::warn!(
+                    "OTLP export to {} failed ({e}{cause}); measuring goes \
                      on, and ended execs' final records are kept and sent again at each interval",
                     self.endpoint
                 )
@@ -600,7 +600,7 @@ impl Otlp {
                 }
             }
             if let Err(e) = provider.shutdown_with_timeout(timeout) {
-                eprintln!("profiler: warning: final OTLP export: {e}");
+                log::warn!("final OTLP export: {e}");
             }
             if let Some(rt) = runtime {
                 rt.shutdown_timeout(Duration::from_secs(1));

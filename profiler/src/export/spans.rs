@@ -238,8 +238,8 @@ impl Pending {
             self.spans.pop_front();
             self.dropped += 1;
             if self.dropped.is_power_of_two() {
-                eprintln!(
-                    "profiler: warning: OTLP span backlog full: {} spans dropped so far",
+                log::warn!(
+                    "OTLP span backlog full: {} spans dropped so far",
                     self.dropped
                 );
             }
@@ -266,18 +266,15 @@ impl Link<'_> {
                 p.spans.drain(..n);
                 if self.failing {
                     self.failing = false;
-                    eprintln!(
-                        "profiler: OTLP span export to {} works again",
-                        self.endpoint
-                    );
+                    log::info!("OTLP span export to {} works again", self.endpoint);
                 }
                 true
             }
             Err(e) => {
                 if !self.failing {
                     self.failing = true;
-                    eprintln!(
-                        "profiler: warning: OTLP span export to {} failed ({e}{}); the spans are \
+                    log::warn!(
+                        "OTLP span export to {} failed ({e}{}); the spans are \
                          kept (at most {MAX_PENDING}) and sent again",
                         self.endpoint,
                         cause_of(self.cause)
@@ -321,8 +318,8 @@ fn run<E: SpanExporter>(
     let deadline = Instant::now() + schedule.shutdown;
     while !p.spans.is_empty() && Instant::now() < deadline && link.send_batch(exporter, &mut p) {}
     if !p.spans.is_empty() {
-        eprintln!(
-            "profiler: warning: {} exec spans could not be delivered to {endpoint}",
+        log::warn!(
+            "{} exec spans could not be delivered to {endpoint}",
             p.spans.len()
         );
     }

@@ -18,15 +18,16 @@ use ending::{EndState, Ending, ending, tasks_settled};
 
 use crate::{
     cgroup,
-    cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
     ci::{CiContext, CiEnv},
     clock::monotonic_ns,
     execs::{Event, Execs, Followup, Live, ProcEnv, Snapshot, cstr},
     kernel_layout::KernelLayout,
-    network::{FaultSamples, NetInput, NetReport},
-    probes::{ExecNet, Limits, Probes, ProgramCost},
+    loader::{Probes, ProgramCost},
     record::{ExecReport, Inputs},
     runtime::{Lookup, Resolver},
+    sources::cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
+    sources::net::{FaultSamples, NetInput, NetReport},
+    sources::{cgroup::Limits, net::ExecNet},
 };
 
 /// An exec's tasks that have not switched out for the last time, as the kernel counts them.
@@ -127,7 +128,7 @@ impl Monitor {
                     continue;
                 }
                 Some(Err(e)) => {
-                    eprintln!("profiler: warning: bad record from the kernel: {e}");
+                    log::warn!("bad record from the kernel: {e}");
                     continue;
                 }
                 None => {}
@@ -156,10 +157,13 @@ impl Monitor {
                         first_program.push((x.exec_id, x.tgid, cstr(&x.comm)));
                     }
                 }
-                Err(e) => eprintln!("profiler: warning: bad record from the kernel: {e}"),
+                Err(e) => log::warn!("bad record from the kernel: {e}"),
             }
         }
         for id in created {
+            if let Some(e) = self.execs.get(id) {
+                log::debug!("exec {id} started: {}", e.path);
+            }
             self.open_files(id);
             self.request_metadata(id);
         }
@@ -256,7 +260,7 @@ impl Monitor {
                 f.sample(now);
             }
         }
-        let mut by_exec = self.probes.namespaces_by_exec();
+        let mut by_exec = self.probes.net.namespaces_by_exec();
         for (id, path) in self.execs.running() {
             let Some(net) = by_exec.remove(&id) else {
                 continue;
@@ -290,7 +294,7 @@ impl Monitor {
             crate::resident::drop_startup_code();
         }
         if self.sweeps.is_multiple_of(12) {
-            self.probes.expire_inflight(now, 60_000_000_000);
+            self.probes.bio_origins.expire(now, 60_000_000_000);
             // Hand back to the system the heap that ended execs and exports freed (glibc
             // keeps free pages inside its heap otherwise): RSS then follows the live state.
             // SAFETY: no arguments beyond the pad size; only releases free memory.
@@ -312,7 +316,7 @@ impl Monitor {
     /// Process new events; return the records of execs whose figures are now final.
     pub fn poll(&mut self) -> Vec<ExecReport> {
         self.drain();
-        self.probes.release_retired();
+        self.probes.tables.release_retired();
         let now = Instant::now();
         let expired: Vec<u64> = self
             .forget
@@ -322,7 +326,7 @@ impl Monitor {
             .collect();
         self.forget.retain(|(_, t)| *t > now);
         for id in expired {
-            self.probes.forget_cgroup(id);
+            self.probes.tables.forget_cgroup(id);
             self.execs.forget_rolled_up(id);
         }
         let now_ns = monotonic_ns();
@@ -332,7 +336,7 @@ impl Monitor {
             .execs
             .removed()
             .into_iter()
-            .map(|(id, removed_ns)| (id, removed_ns, self.probes.exec_stats(id)))
+            .map(|(id, removed_ns)| (id, removed_ns, self.probes.tables.exec_stats(id)))
             .filter(|(_, removed_ns, stats)| {
                 tasks_settled(pending(stats), waited(*removed_ns), self.opts.grace)
             })
@@ -358,16 +362,20 @@ impl Monitor {
             let Ending::Report { notes } = ending(&state, self.opts.grace) else {
                 continue;
             };
+            log::debug!(
+                "exec {id} ends, {:?} after its cgroup's removal: {state:?}",
+                state.waited
+            );
             self.metadata_pending.remove(&id);
             let net = net
-                .get_or_insert_with(|| self.probes.net_by_exec())
+                .get_or_insert_with(|| self.probes.net.by_exec())
                 .remove(&id)
                 .unwrap_or_default();
             let report = self.record(id, stats, notes, None, &net);
             self.release(id, report.as_ref(), &net);
             out.extend(report);
         }
-        self.probes.unmap_cgroups();
+        self.probes.tables.unmap_cgroups();
         out
     }
 
@@ -420,8 +428,8 @@ impl Monitor {
         });
         let network = Some(NetReport::build(NetInput {
             sock: &stats.sock,
-            sockets_status: &self.probes.net.sockets,
-            interfaces_status: &self.probes.net.interfaces,
+            sockets_status: &self.probes.net.status.sockets,
+            interfaces_status: &self.probes.net.status.interfaces,
             namespaces: &net.inums(),
             ifaces: &net.ifaces,
             faults: self.net_faults.get(&id),
@@ -453,14 +461,14 @@ impl Monitor {
         if e.removed_ns.is_none() {
             return;
         }
-        self.probes.forget_net(net);
+        self.probes.net.forget(net);
         if let Some((_, ids)) = self.execs.take(id) {
             self.files.remove(&id);
             self.net_faults.remove(&id);
             self.metadata_pending.remove(&id);
-            self.probes.free_exec(id);
+            self.probes.tables.free_exec(id);
             for c in ids {
-                self.probes.forget_cgroup(c);
+                self.probes.tables.forget_cgroup(c);
             }
         }
     }
@@ -484,7 +492,7 @@ impl Monitor {
             }
         }
         let snap = Snapshot::from_records(&recs);
-        let mut net = self.probes.net_by_exec();
+        let mut net = self.probes.net.by_exec();
         let mut ids: Vec<u64> = self.execs.ids();
         ids.sort();
         for id in ids {
@@ -496,7 +504,7 @@ impl Monitor {
             {
                 continue;
             }
-            let stats = self.probes.exec_stats(id);
+            let stats = self.probes.tables.exec_stats(id);
             // The attached cgroup is an exec only of processes placed directly in it.
             let idle = stats
                 .map(|s| s.task_exits == 0 && s.disk.read_reqs + s.disk.write_reqs == 0)
@@ -523,9 +531,9 @@ impl Monitor {
             out.extend(self.poll());
         }
         // Whatever is still waiting is reported as it stands.
-        let mut net = self.probes.net_by_exec();
+        let mut net = self.probes.net.by_exec();
         for (id, _) in self.execs.removed() {
-            let stats = self.probes.exec_stats(id);
+            let stats = self.probes.tables.exec_stats(id);
             let net = net.remove(&id).unwrap_or_default();
             let notes = vec!["reported at shutdown before its last tasks were freed".into()];
             let report = self.record(id, stats, notes, None, &net);
@@ -581,7 +589,7 @@ impl Monitor {
 
         for (i, why) in DropReason::ALL.iter().enumerate() {
             if d[i] > 0 && d[i] >= self.drops_seen[i].saturating_mul(10).max(1) {
-                eprintln!("profiler: warning: {} ({} so far)", why.description(), d[i]);
+                log::warn!("{} ({} so far)", why.description(), d[i]);
                 self.drops_seen[i] = d[i];
             }
         }

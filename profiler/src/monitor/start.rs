@@ -13,14 +13,14 @@ use profiler_common::{Config, DROP_COUNTERS, TASK_LEADER, TaskBaseline};
 use super::{Monitor, Options};
 use crate::{
     cgroup::{self, Hierarchy},
-    cgroup_files::{FinalNames, Layout as FileLayout},
     clock::monotonic_ns,
     execs::{Execs, args_summary},
     host::{check_privileges, enable_delay_accounting, kernel_release, own_netns_inum},
     kernel_layout::{KernelBtf, KernelLayout, aya_btf},
-    probes::Probes,
+    loader::Probes,
     runtime::Resolver,
-    sources::{BLOCK_START, BLOCK_START_FALLBACK},
+    sources::block,
+    sources::cgroup_files::{FinalNames, Layout as FileLayout},
 };
 
 /// What start-up checks and decides before anything is loaded.
@@ -75,8 +75,10 @@ fn preflight(opts: &Options) -> Result<Preflight> {
     if block_getrq_fallback {
         notices.push(format!(
             "kernel {release} lacks {} (Linux {}+): block requests are tied to their exec \
-             at {BLOCK_START_FALLBACK} and counted from their first issue",
-            BLOCK_START.name, BLOCK_START.since
+             at {} and counted from their first issue",
+            block::START.name,
+            block::START.since,
+            block::START_FALLBACK
         ));
     }
 
@@ -109,7 +111,7 @@ impl Monitor {
         let base_path = hierarchy.kernel_path(&opts.cgroup);
         let mut execs = Execs::new(&base_path, opts.keep_procs);
         register_existing(&mut probes, &mut execs, &hierarchy, &opts)?;
-        probes.unmap_cgroups();
+        probes.tables.unmap_cgroups();
         let file_layout = FileLayout::discover(&hierarchy.mount);
         let partial_procs = take_baselines(&mut probes, &mut execs)?;
         probes.attach_task_programs()?;
@@ -117,8 +119,8 @@ impl Monitor {
             .with_context(|| format!("cannot open {}", opts.cgroup.display()))?;
         probes.attach_net_programs(&cgroup_dir);
         for (what, status) in [
-            ("socket", &probes.net.sockets),
-            ("interface", &probes.net.interfaces),
+            ("socket", &probes.net.status.sockets),
+            ("interface", &probes.net.status.interfaces),
         ] {
             if let Err(why) = status {
                 notices.push(format!("no per-exec {what} traffic: {why}"));
@@ -201,7 +203,7 @@ fn register_tree(
         ids.insert(f.path.clone(), f.id);
         if f.path != base && opts.nests.contains(&f.path) {
             let root = ids[base];
-            probes.add_cgroup(f.id, root, 0)?;
+            probes.tables.add_cgroup(f.id, root, 0)?;
             execs.add_rolled_up(f.id, root);
             return Ok(());
         }
@@ -226,7 +228,7 @@ fn register_tree(
             *ids.get(&anc)
                 .context("ancestor of a cgroup vanished during the walk")?
         };
-        probes.add_cgroup(f.id, exec_id, depth)?;
+        probes.tables.add_cgroup(f.id, exec_id, depth)?;
         if exec_id == f.id {
             execs.add_exec(f.id, &h.kernel_path(&f.path), now);
         } else {
@@ -247,11 +249,8 @@ fn take_baselines(probes: &mut Probes, execs: &mut Execs) -> Result<Vec<(u64, u3
             exec_id: r.exec_id,
             counters: r.counters,
         };
-        if let Err(e) = probes.baselines.insert(r.pid, b, 0) {
-            eprintln!(
-                "profiler: warning: cannot record the baseline of task {}: {e}",
-                r.pid
-            );
+        if let Err(e) = probes.baselines.insert(r.pid, b) {
+            log::warn!("cannot record the baseline of task {}: {e}", r.pid);
         }
         if let Some(e) = execs.get_mut(r.exec_id) {
             e.partial = true;
