@@ -15,7 +15,7 @@ use crate::{
     ci::{CiContext, TraceContext},
     export::metrics::{DEFS, Def, EXECS_RUNNING, ExecAttributes, ExecSeries, Kind},
     record::{
-        CpuReport, DiskReport, ExecExit, ExecReport, ExecState, ExitReport, Histogram, IoReport,
+        CpuReport, DiskReport, ExecExit, ExecRecord, ExecState, ExitReport, Histogram, IoReport,
         OtherReport, Phases, ProcReport, ProgramReport, TasksReport,
     },
     runtime::{ContainerInfo, K8s},
@@ -218,7 +218,7 @@ fn histogram() -> Histogram {
 
 /// A record with every optional key present and every array and map non-empty, of a running
 /// exec (so that it has every exported figure) with the CI context `ci`.
-pub(crate) fn full_record_with(ci: CiContext) -> ExecReport {
+pub(crate) fn full_record_with(ci: CiContext) -> ExecRecord {
     // Named field by field, so that a new field of the CI context is not missed either.
     let CiContext {
         system,
@@ -234,7 +234,7 @@ pub(crate) fn full_record_with(ci: CiContext) -> ExecReport {
     } = trace.expect("a trace context");
     let keyed = BTreeMap::from([("key".to_owned(), 1u64)]);
     let nested = BTreeMap::from([("8:0".to_owned(), keyed.clone())]);
-    ExecReport {
+    ExecRecord {
         exec: "ci/job-1/step".into(),
         cgroup_id: 42,
         container: Some(ContainerInfo {
@@ -403,7 +403,7 @@ pub(crate) fn full_record_with(ci: CiContext) -> ExecReport {
 }
 
 /// The full record with the first CI system's context.
-pub(crate) fn full_record() -> ExecReport {
+pub(crate) fn full_record() -> ExecRecord {
     full_record_with(crate::ci::every_context(CI_ENV).remove(0))
 }
 

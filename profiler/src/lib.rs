@@ -3,9 +3,8 @@
 //! Data flow: kernel programs (profiler-ebpf) -> maps keyed by cgroup id ([`sources`], loaded by [`loader`]) ->
 //! userspace model of execs ([`execs`], driven by [`monitor`], named by [`runtime`] and
 //! [`ci`]) -> records ([`record`], shown by [`render`]) -> exporters ([`export`]). The command
-//! line is [`cli`]; `profiler report` reads records back ([`build_report`]).
+//! line is [`cli`]; `profiler report` reads records back ([`report`]).
 
-pub mod build_report;
 pub mod cgroup;
 pub mod ci;
 pub mod cli;
@@ -24,6 +23,7 @@ mod outside_input;
 pub mod programs;
 pub mod record;
 pub mod render;
+pub mod report;
 pub mod resident;
 pub mod runtime;
 pub mod sources;

@@ -8,9 +8,9 @@
 use proptest::prelude::*;
 
 use crate::{
-    build_report::Build,
     ci::{CiEnv, TraceContext},
     cli::{MAX_DURATION, parse_duration},
+    report::Build,
     sources::cgroup_files::parse,
 };
 
@@ -74,8 +74,8 @@ proptest! {
         // Whatever the figures (u64::MAX, an end before the start), reading, the page and
         // the summary finish.
         if let Ok(b) = Build::read(lines.join("\n").as_bytes(), "fuzz") {
-            let _ = crate::build_report::html::render(&b, "fuzz");
-            let _ = crate::build_report::summary::render(&b, 3);
+            let _ = crate::report::html::render(&b, "fuzz");
+            let _ = crate::report::summary::render(&b, 3);
         }
     }
 

@@ -1,4 +1,4 @@
-//! The per-exec record: pure data, made in one place ([`ExecReport::build`]) from an exec
+//! The per-exec record: pure data, made in one place ([`ExecRecord::build`]) from an exec
 //! and its inputs. How it is shown (a line, the detailed report, the live table, JSON) is in
 //! the `render` module.
 
@@ -38,7 +38,7 @@ impl ExecState {
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct ExecReport {
+pub struct ExecRecord {
     /// Path of the exec's cgroup relative to the attached cgroup ("." for the cgroup itself).
     pub exec: String,
     pub cgroup_id: u64,
@@ -523,7 +523,7 @@ pub struct Inputs<'a> {
     pub network: Option<NetReport>,
 }
 
-impl ExecReport {
+impl ExecRecord {
     /// The record of an exec: the one place a record is made.
     pub fn build(exec: &Exec, i: Inputs<'_>) -> Self {
         let stats = i.stats;

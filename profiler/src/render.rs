@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::record::{ExecReport, ProcReport};
+use crate::record::{ExecRecord, ProcReport};
 
-impl ExecReport {
+impl ExecRecord {
     pub fn json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
@@ -347,7 +347,7 @@ impl ExecReport {
 }
 
 /// Header and rows of the live table.
-pub fn live_table(rows: &[ExecReport]) -> String {
+pub fn live_table(rows: &[ExecRecord]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -465,7 +465,7 @@ mod tests {
             "step\\u{202e}1cod\\u{2066}x\\u{2069}"
         );
         assert_eq!(printable("naïve ünïcode ✓"), "naïve ünïcode ✓");
-        let r = ExecReport {
+        let r = ExecRecord {
             exec: "x".into(),
             command: Some("sh -c 'echo a\necho b'".into()),
             ..Default::default()
@@ -476,7 +476,7 @@ mod tests {
     #[test]
     fn a_pods_container_is_named_namespace_pod_container() {
         use crate::runtime::{ContainerInfo, K8s};
-        let r = ExecReport {
+        let r = ExecRecord {
             exec: "k8s.io/4f1c".into(),
             container: Some(ContainerInfo {
                 runtime: "containerd",

@@ -1,7 +1,7 @@
 //! Bad input never panics, hangs or leaves something behind: out-of-range flags, bad
-//! endpoints, cgroup paths that climb out of the hierarchy, records that make no sense,
-//! a stdout that closes or fills, a watched cgroup that goes away, a command that ignores
-//! SIGTERM, and bidirectional controls in command lines.
+//! endpoints, cgroup paths that climb out of the hierarchy, more execs than the tables hold,
+//! records that make no sense, a stdout that closes or fills, a watched cgroup that goes away,
+//! a command that ignores SIGTERM, and bidirectional controls in command lines.
 
 use std::{
     fs,
@@ -107,6 +107,19 @@ fn bad_endpoints_and_paths_are_refused_before_anything_is_made() {
         "{err}"
     );
     assert!(!v2.parent().unwrap().join("cpu").join(&tag).exists());
+
+    // More execs already there than the exec table holds (--max-execs 1: two slots, fewer
+    // than an exec's 32 probes): one line, no panic.
+    let full = TestCgroup::new("fulltable");
+    for i in 0..6 {
+        full.child(&format!("e{i}"));
+    }
+    let (code, err) = fails(&["attach", "--cgroup", &full.arg(), "--max-execs", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the exec table is full (raise --max-execs)"),
+        "{err}"
+    );
 }
 
 /// A record file of the test's own.

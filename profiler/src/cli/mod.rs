@@ -26,7 +26,7 @@ use crate::{
     ci::CiEnv,
     export::{Exporters, metrics::ExecAttributes},
     monitor::{Monitor, Options},
-    record::ExecReport,
+    record::ExecRecord,
     sources::cgroup::Limits,
     spawn::SpawnError,
 };
@@ -95,7 +95,7 @@ pub async fn run_cli(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Attach(a) => attach::attach(a).await,
         Command::Run(r) => run::run(r).await,
-        Command::Report(r) => crate::build_report::run(&r.input, &r.html, r.top).map(|()| 0),
+        Command::Report(r) => crate::report::run(&r.input, &r.html, r.top).map(|()| 0),
         Command::Check(c) => check::check(c).await,
         Command::Completions(c) => generate::completions(c).map(|()| 0),
         Command::Manpages(m) => generate::manpages(m).map(|()| 0),
@@ -189,7 +189,7 @@ pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
     }
 }
 
-pub(crate) fn emit(reports: &[ExecReport], output: Output) -> Result<()> {
+pub(crate) fn emit(reports: &[ExecRecord], output: Output) -> Result<()> {
     if reports.is_empty() {
         return Ok(());
     }

@@ -9,7 +9,7 @@ use profiler_common::{LAT_BUCKETS, lat_bucket_floor_ns};
 use regex::Regex;
 
 use crate::{
-    record::{ExecReport, ExecState},
+    record::{ExecRecord, ExecState},
     runtime::container_id,
     sources::cgroup_files::Sourced,
 };
@@ -186,7 +186,7 @@ impl ExecAttributes {
     /// The exec's attributes: its path and cgroup id, what its container runtime says of it
     /// (OpenTelemetry's container.* and k8s.* names), the command of its first program, and the user
     /// pattern's groups.
-    pub fn of(&self, r: &ExecReport) -> Vec<(String, String)> {
+    pub fn of(&self, r: &ExecRecord) -> Vec<(String, String)> {
         let path = r.exec.as_str();
         let mut a = vec![
             ("profiler.exec.path".to_owned(), path.to_owned()),
@@ -294,7 +294,7 @@ pub fn point_kv(out: &mut Vec<KeyValue>, exec: &[KeyValue], own: &Attrs) {
 impl ExecSeries {
     /// The points of an exec record. Figures the record lacks (a missing cgroup file, a
     /// network view this host does not have) are left out, never sent as zero.
-    pub fn of(r: &ExecReport, attrs: Vec<(String, String)>) -> Self {
+    pub fn of(r: &ExecRecord, attrs: Vec<(String, String)>) -> Self {
         let mut p = Vec::new();
         let mut put = |metric: M, attrs: Attrs, value: f64| {
             p.push(Point {
@@ -526,13 +526,13 @@ mod tests {
     #[test]
     fn container_metadata_makes_attributes() {
         let h = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        let by_path = ExecReport {
+        let by_path = ExecRecord {
             exec: format!("system.slice/docker-{h}.scope"),
             ..Default::default()
         };
         let from_path = ExecAttributes::default().of(&by_path);
         assert!(from_path.contains(&("container.id".into(), h.into())));
-        let r = ExecReport {
+        let r = ExecRecord {
             exec: h.into(),
             container: Some(ContainerInfo {
                 runtime: "docker",
@@ -556,7 +556,7 @@ mod tests {
             assert!(v.contains(&(k.into(), want.into())), "{k}: {v:?}");
         }
         assert!(!v.iter().any(|(k, _)| k.starts_with("k8s.")), "{v:?}");
-        let pod = ExecReport {
+        let pod = ExecRecord {
             container: Some(ContainerInfo {
                 runtime: "containerd",
                 id: h.into(),
@@ -586,7 +586,7 @@ mod tests {
     #[test]
     fn user_pattern_makes_attributes() {
         let a = ExecAttributes::new(Some(r"^ci/(?P<job>[^/]+)/(?P<step>[^/]+)")).unwrap();
-        let r = ExecReport {
+        let r = ExecRecord {
             exec: "ci/build-7/test".into(),
             cgroup_id: 9,
             command: Some("make test".into()),

@@ -21,7 +21,7 @@ use anyhow::Result;
 pub use otlp::{OtlpConfig, Protocol, SpansConfig, TlsFiles, Transport, reqwest_identity};
 
 use self::metrics::ExecAttributes;
-use crate::record::{ExecReport, ExecState};
+use crate::record::{ExecRecord, ExecState};
 
 /// Most ended execs kept waiting for a successful OTLP export (an outage longer than this
 /// many execs loses the oldest, with a warning).
@@ -248,12 +248,12 @@ impl Exporters {
         v
     }
 
-    fn series(&self, r: &ExecReport) -> Arc<ExecSeries> {
+    fn series(&self, r: &ExecRecord) -> Arc<ExecSeries> {
         Arc::new(ExecSeries::of(r, self.attrs.of(r)))
     }
 
     /// The running execs' figures so far, one record at a time, to [`Self::set_live`].
-    pub fn add_live(&self, live: &mut HashMap<u64, Arc<ExecSeries>>, r: &ExecReport) {
+    pub fn add_live(&self, live: &mut HashMap<u64, Arc<ExecSeries>>, r: &ExecRecord) {
         if r.state == ExecState::Running {
             live.insert(r.cgroup_id, self.series(r));
         }
@@ -266,7 +266,7 @@ impl Exporters {
 
     /// Execs whose figures are final (ended, or running at shutdown): exported once more
     /// with these values, then forgotten.
-    pub fn ended(&self, reports: &[ExecReport]) {
+    pub fn ended(&self, reports: &[ExecRecord]) {
         if reports.is_empty() {
             return;
         }

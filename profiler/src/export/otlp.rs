@@ -43,7 +43,7 @@ use super::{
 };
 use crate::{
     host::{host_name, kernel_release, os_description},
-    record::ExecReport,
+    record::ExecRecord,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -548,7 +548,7 @@ impl Otlp {
     }
 
     /// The span of an exec whose figures are final, with its attributes.
-    pub(crate) fn span(&self, r: &ExecReport, attrs: &[(String, String)], by_command: bool) {
+    pub(crate) fn span(&self, r: &ExecRecord, attrs: &[(String, String)], by_command: bool) {
         if let Some(s) = &self.spans
             && let Some(span) = span_of(r, attrs, by_command)
         {

@@ -22,7 +22,7 @@ use opentelemetry_sdk::trace::{
 };
 
 use super::http_client::{Cause, cause_of};
-use crate::record::ExecReport;
+use crate::record::ExecRecord;
 
 /// Most spans kept waiting for a collector that does not answer.
 const MAX_PENDING: usize = 10_000;
@@ -39,7 +39,7 @@ fn time(unix_ns: u64) -> SystemTime {
 
 /// What the span is called: the container's name (`namespace/pod/container` for a pod's),
 /// else its command (unless commands are kept off the export), else the exec's path.
-fn span_name(r: &ExecReport, by_command: bool) -> String {
+fn span_name(r: &ExecRecord, by_command: bool) -> String {
     let c = r.container.as_ref();
     let given = |s: Option<&String>| s.filter(|s| !s.trim().is_empty()).cloned();
     let mut name = given(c.and_then(|c| c.display_name()).as_ref());
@@ -62,7 +62,7 @@ fn span_name(r: &ExecReport, by_command: bool) -> String {
 /// is not sampled (its parent is not recorded either). `by_command`: the span may be named
 /// by the exec's command.
 pub(crate) fn span_of(
-    r: &ExecReport,
+    r: &ExecRecord,
     attrs: &[(String, String)],
     by_command: bool,
 ) -> Option<SpanData> {
@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_span_is_a_child_of_the_execs_trace_context() {
-        let r = ExecReport {
+        let r = ExecRecord {
             exec: "step-1".into(),
             state: crate::record::ExecState::Ended,
             start_unix_ns: 1_700_000_000_000_000_000,
@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn a_pods_container_names_its_span_namespace_pod_container() {
         use crate::runtime::{ContainerInfo, K8s};
-        let r = ExecReport {
+        let r = ExecRecord {
             exec: "k8s.io/4f1c".into(),
             command: Some("/app".into()),
             container: Some(ContainerInfo {
@@ -416,7 +416,7 @@ mod tests {
 
     #[test]
     fn without_a_trace_context_a_span_starts_a_trace() {
-        let r = ExecReport {
+        let r = ExecRecord {
             exec: "job".into(),
             ..Default::default()
         };
@@ -451,12 +451,12 @@ mod tests {
     }
 
     fn span() -> SpanData {
-        span_of(&ExecReport::default(), &[], true).unwrap()
+        span_of(&ExecRecord::default(), &[], true).unwrap()
     }
 
     #[test]
     fn an_unsampled_trace_gets_no_span() {
-        let r = ExecReport {
+        let r = ExecRecord {
             ci: Some(CiContext {
                 trace: Some(TraceContext {
                     trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),

@@ -23,7 +23,7 @@ use crate::{
     execs::{Event, Execs, Followup, Live, ProcEnv, Snapshot, cstr},
     kernel_layout::KernelLayout,
     loader::{Probes, ProgramCost},
-    record::{ExecReport, Inputs},
+    record::{ExecRecord, Inputs},
     runtime::{Lookup, Resolver},
     sources::cgroup_files::{ExecFiles, FinalNames, Layout as FileLayout},
     sources::net::{FaultSamples, NetInput, NetReport},
@@ -314,7 +314,7 @@ impl Monitor {
     }
 
     /// Process new events; return the records of execs whose figures are now final.
-    pub fn poll(&mut self) -> Vec<ExecReport> {
+    pub fn poll(&mut self) -> Vec<ExecRecord> {
         self.drain();
         self.probes.tables.release_retired();
         let now = Instant::now();
@@ -387,7 +387,7 @@ impl Monitor {
         mut notes: Vec<String>,
         snap: Option<&Snapshot>,
         net: &ExecNet,
-    ) -> Option<ExecReport> {
+    ) -> Option<ExecRecord> {
         let exec = self.execs.get(id)?;
         if exec.removed_ns.is_some() && self.metadata_pending.contains(&id) {
             notes.push("container metadata had not arrived when the exec was reported".into());
@@ -434,7 +434,7 @@ impl Monitor {
             ifaces: &net.ifaces,
             faults: self.net_faults.get(&id),
         }));
-        Some(ExecReport::build(
+        Some(ExecRecord::build(
             exec,
             Inputs {
                 stats: &stats,
@@ -451,7 +451,7 @@ impl Monitor {
 
     /// After an exec's record: keep the user/system split it gave (see `CpuSplit`); an
     /// ended exec leaves the model, and its entries and slots leave the kernel maps.
-    fn release(&mut self, id: u64, report: Option<&ExecReport>, net: &ExecNet) {
+    fn release(&mut self, id: u64, report: Option<&ExecRecord>, net: &ExecNet) {
         let Some(e) = self.execs.get_mut(id) else {
             return;
         };
@@ -474,7 +474,7 @@ impl Monitor {
     }
 
     /// Figures so far of the execs that still run.
-    pub fn live(&mut self) -> Result<Vec<ExecReport>> {
+    pub fn live(&mut self) -> Result<Vec<ExecRecord>> {
         let mut out = Vec::new();
         self.live_each(|r| out.push(r))?;
         out.sort_by(|a, b| a.exec.cmp(&b.exec));
@@ -483,7 +483,7 @@ impl Monitor {
 
     /// As [`Self::live`], one record at a time: a caller that keeps only what it derives from
     /// each (the exporters' series) never holds them all (with 1,000 running execs, megabytes).
-    pub fn live_each(&mut self, mut f: impl FnMut(ExecReport)) -> Result<()> {
+    pub fn live_each(&mut self, mut f: impl FnMut(ExecRecord)) -> Result<()> {
         self.drain();
         let recs = self.probes.snapshot()?;
         for r in recs.iter().filter(|r| r.pid == r.tgid) {
@@ -523,7 +523,7 @@ impl Monitor {
 
     /// Final records on the way out: ended execs (waiting up to the grace period for their
     /// last tasks) and the figures so far of those still running.
-    pub fn shutdown(&mut self) -> Result<Vec<ExecReport>> {
+    pub fn shutdown(&mut self) -> Result<Vec<ExecRecord>> {
         let deadline = Instant::now() + self.opts.grace;
         let mut out = self.poll();
         while !self.execs.removed().is_empty() && Instant::now() < deadline {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Build, NamedBy, Record};
+use super::{Build, ExecRecord, NamedBy};
 use crate::render::{bytes, dur};
 
 /// How a ranked figure is shown.
@@ -20,7 +20,7 @@ enum Kind {
 }
 
 /// The resources the summary ranks execs by: title, an exec's figure (None: missing), kind.
-type Metric = (&'static str, fn(&Record) -> Option<u64>, Kind);
+type Metric = (&'static str, fn(&ExecRecord) -> Option<u64>, Kind);
 
 const METRICS: [Metric; 9] = [
     ("wall time", |r| Some(r.wall_ns), Kind::Span),
@@ -133,7 +133,7 @@ pub fn render(build: &Build, top: usize) -> String {
             );
         }
     }
-    let failed: Vec<&Record> = build.records.iter().filter(|r| r.failed()).collect();
+    let failed: Vec<&ExecRecord> = build.records.iter().filter(|r| r.failed()).collect();
     if !failed.is_empty() {
         let _ = writeln!(s, "\nfailed execs:");
         for r in failed.iter().take(top.max(1)) {
@@ -146,7 +146,7 @@ pub fn render(build: &Build, top: usize) -> String {
     }
 
     for (title, value, kind) in METRICS {
-        let mut ranked: Vec<(u64, &Record)> = build
+        let mut ranked: Vec<(u64, &ExecRecord)> = build
             .records
             .iter()
             .filter_map(|r| value(r).map(|v| (v, r)))
@@ -173,10 +173,10 @@ pub fn render(build: &Build, top: usize) -> String {
     s
 }
 
-/// An exec as the summary names it: what ran (see [`Record::name`]), cut at 60 characters,
+/// An exec as the summary names it: what ran (see [`ExecRecord::name`]), cut at 60 characters,
 /// and its cgroup path in brackets when that is not the name; on one line whatever the
 /// record holds (control characters escaped).
-fn who(r: &Record) -> String {
+fn who(r: &ExecRecord) -> String {
     let printable = crate::render::printable;
     match r.name() {
         (path, NamedBy::Path) => printable(path),
@@ -229,7 +229,7 @@ mod tests {
             s.contains("\nfailed execs:\n      exit 2  compile\n  SIGKILL (OOM kill)  test\n"),
             "{s}"
         );
-        let page = crate::build_report::html::render(&b, "t");
+        let page = crate::report::html::render(&b, "t");
         assert!(page.contains(r#"data-failed="2""#));
         assert!(page.contains(r#"<span class="sub failed">exit 2</span>"#));
         assert!(page.contains(r#"<g class="exec failed""#));

@@ -1,5 +1,5 @@
 //! `profiler report`: a picture of a build from the JSON lines that `attach --output json`
-//! wrote. The records are read back here ([`Record`], only the fields the picture uses), the
+//! wrote. The records are read back here ([`ExecRecord`], only the fields the picture uses), the
 //! time of each exec is broken down ([`Breakdown`]), and two renderings are made: a terminal
 //! summary ([`summary`]) and a self-contained HTML page ([`html`]).
 
@@ -22,7 +22,7 @@ use serde::Deserialize;
 /// (a default would turn a renamed field into silent zeros), Options where the record may
 /// hold null or leave them out.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct Record {
+pub struct ExecRecord {
     pub exec: String,
     pub cgroup_id: u64,
     /// Written only for an exec whose cgroup is a container's (or a BuildKit step's).
@@ -173,7 +173,7 @@ impl Ci {
     }
 }
 
-/// What names an exec: see [`Record::name`].
+/// What names an exec: see [`ExecRecord::name`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NamedBy {
     ContainerName,
@@ -220,7 +220,7 @@ pub struct Traffic {
     pub tx_bytes: u64,
 }
 
-impl Record {
+impl ExecRecord {
     /// Its main program ended other than by exit(0).
     pub fn failed(&self) -> bool {
         self.exit.as_ref().is_some_and(|e| !e.status.success())
@@ -376,7 +376,7 @@ impl AddAssign for Breakdown {
 /// The execs of a recording, ordered by start.
 #[derive(Clone, Debug, Default)]
 pub struct Build {
-    pub records: Vec<Record>,
+    pub records: Vec<ExecRecord>,
     /// "running" records dropped because a later record of the same exec replaced them.
     pub superseded: usize,
 }
@@ -386,7 +386,7 @@ impl Build {
     /// "running" one. Blank lines are skipped; anything else that is not a record is an error
     /// naming its line.
     pub fn read(mut input: impl BufRead, name: &str) -> Result<Self> {
-        let mut records: Vec<Record> = Vec::new();
+        let mut records: Vec<ExecRecord> = Vec::new();
         let mut by_id: HashMap<u64, usize> = HashMap::new();
         let mut superseded = 0;
         let mut buf = Vec::new();
@@ -410,7 +410,7 @@ impl Build {
             if line.trim().is_empty() {
                 continue;
             }
-            let r: Record = serde_json::from_str(&line).map_err(|e| {
+            let r: ExecRecord = serde_json::from_str(&line).map_err(|e| {
                 anyhow::anyhow!("{name} line {n}: not an exec record: {}", json_error(&e))
             })?;
             if let Err(why) = r.check() {
@@ -560,7 +560,7 @@ pub(crate) mod tests {
     fn reads_the_records_the_profiler_writes() {
         use crate::{
             execs::Execs,
-            record::{ExecReport, Inputs},
+            record::{ExecRecord, Inputs},
             sources::net::{NetInput, NetReport},
         };
         use profiler_common::{ExecStats, SockTraffic};
@@ -601,7 +601,7 @@ pub(crate) mod tests {
             ifaces: &[],
             faults: None,
         }));
-        let report = ExecReport::build(
+        let report = ExecRecord::build(
             exec,
             Inputs {
                 stats: &stats,

@@ -3,7 +3,7 @@
 //! of the execs (one bar per exec from its start to its end, split by where its task time
 //! went), details on hover, and a table that sorts by any column.
 //!
-//! Each exec is named by what ran ([`Record::name`]), its cgroup path beside it; where its
+//! Each exec is named by what ran ([`ExecRecord::name`]), its cgroup path beside it; where its
 //! record has a CI step, the step's run and task link to their pages: the page's only links,
 //! made only of http(s) addresses ([`web_url`]), opening in a new tab.
 //!
@@ -13,7 +13,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Breakdown, Build, Ci, NamedBy, Record, State, summary::http_date};
+use super::{Breakdown, Build, Ci, ExecRecord, NamedBy, State, summary::http_date};
 use crate::render::{bytes, dur};
 
 const CSS: &str = include_str!("page.css");
@@ -135,7 +135,7 @@ fn ci_cell(ci: &Ci) -> (String, String) {
 
 /// An exec's name, shortened to `n` characters for a label: a path keeps its end (the exec's
 /// own name is there), a name or command its start.
-fn short_name(r: &Record, n: usize) -> String {
+fn short_name(r: &ExecRecord, n: usize) -> String {
     match r.name() {
         (p, NamedBy::Path) => shorten(p, n),
         (name, _) => shorten_front(name, n),
@@ -475,7 +475,7 @@ const COLUMNS: [(&str, &str, bool); 16] = [
 
 /// The state, and under it the main program's outcome (a failure stands out). Sorted as
 /// text: `ended, exit 0` apart from `ended, exit 2` and `ended, SIGKILL`.
-fn state_cell(r: &Record, state: &str) -> Cell {
+fn state_cell(r: &ExecRecord, state: &str) -> Cell {
     match &r.exit {
         Some(e) => {
             let outcome = e.status.summary();
@@ -500,7 +500,7 @@ fn state_cell(r: &Record, state: &str) -> Cell {
     }
 }
 
-fn cells(r: &Record, t0: u64) -> Vec<Cell> {
+fn cells(r: &ExecRecord, t0: u64) -> Vec<Cell> {
     let b = r.breakdown();
     let state = match (r.state, r.partial) {
         (State::Ended, false) => "ended",
@@ -618,7 +618,7 @@ fn table(s: &mut String, build: &Build) {
 }
 
 /// The hover details of one exec, as an inert template.
-fn details(s: &mut String, i: usize, r: &Record, t0: u64) {
+fn details(s: &mut String, i: usize, r: &ExecRecord, t0: u64) {
     let b = r.breakdown();
     let _ = write!(
         s,
