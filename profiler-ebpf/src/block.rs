@@ -12,9 +12,16 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
-use profiler_common::*;
+use profiler_common::{
+    DropReason, Inflight, LAT_BUCKETS, OP_DISCARD, OP_FLUSH, OP_OTHER, OP_READ, OP_WRITE,
+    REQUEST_BUSY, REQUEST_PROBES, REQUEST_SLOTS, RequestSlot, lat_bucket, request_slot,
+};
 
-use crate::{config::*, maps::*, read::*};
+use crate::{
+    config::{CONFIG, QUEUE_STATS_BIT, REQ_PREFLUSH_BIT, global},
+    maps::{add, drop_count, entry_of, stats_of},
+    read::{cgroup_id, ld, ld_ptr},
+};
 
 /// Block requests from their start to their completion, in slots by request pointer (see
 /// RequestSlot). A request whose completion never came keeps its slot busy until the block

@@ -7,9 +7,20 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use profiler_common::*;
+use profiler_common::{
+    CgroupEntry, CgroupEvent, DropReason, EV_CGROUP_CREATED, EV_CGROUP_REMOVED, EV_EXEC_CREATED,
+    NO_SLOT, TASK_COUNTERS, TaskBaseline,
+};
 
-use crate::{config::*, final_figures::*, maps::*, read::*};
+use crate::{
+    config::{CONFIG, global},
+    final_figures::exec_final,
+    maps::{
+        BASELINES, EVENTS, SCRATCH, add, drop_count, entry_of, exec_slot, insert_entry, stats_of,
+        wakeup_flag,
+    },
+    read::{cgroup_id, cgroup_parent, iowait_of, ld, on_v2, read_counters},
+};
 
 // cgroup lifecycle: keep CGROUPS and EXECS in step with the subtree.
 

@@ -3,7 +3,7 @@
 
 use core::ptr::read_volatile;
 
-use profiler_common::*;
+use profiler_common::{Config, FinalOffsets, KernelOffsets, NetOffsets};
 
 // Load-time globals (set by userspace; read-only, so the verifier prunes unused branches).
 
@@ -39,13 +39,13 @@ pub(crate) static QUEUE_STATS_BIT: u32 = u32::MAX;
 /// verifier knows the loaded value (the global is frozen), so untaken branches cost nothing.
 macro_rules! off {
     ($f:ident) => {
-        global(&OFFSETS.$f)
+        $crate::config::global(&$crate::config::OFFSETS.$f)
     };
 }
 
 macro_rules! net_off {
     ($f:ident) => {
-        global(&NET.$f)
+        $crate::config::global(&$crate::config::NET.$f)
     };
 }
 
@@ -57,6 +57,6 @@ pub(crate) fn global<T: Copy>(v: &T) -> T {
 
 macro_rules! fin {
     ($f:ident) => {
-        global(&FINAL.$f)
+        $crate::config::global(&$crate::config::FINAL.$f)
     };
 }

@@ -8,9 +8,16 @@ use aya_ebpf::{
     macros::map,
     maps::Array,
 };
-use profiler_common::*;
+use profiler_common::{
+    ABSENT, DropReason, EV_EXEC_FINAL, ExecFinalEvent, FINAL_CPU, FINAL_CPU_UNKNOWN, FINAL_MEMORY,
+    FINAL_PIDS, FINAL_PSI, FINAL_PSI_ACTIVE, MAX_CPUS, MEMCG_EVENTS, PSI_STATES,
+};
 
-use crate::{config::*, maps::*, read::*, task::*};
+use crate::{
+    config::{FINAL, global},
+    maps::{EVENTS, drop_count, wakeup_flag},
+    read::{BpfIterTask, rd, rd_ptr},
+};
 
 /// Each CPU's per-cpu offset (__per_cpu_offset[cpu]), found by the percpu_discover iterator,
 /// and the address of that CPU's runqueue it was found from (0: not found).

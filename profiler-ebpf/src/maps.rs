@@ -11,9 +11,12 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
-use profiler_common::*;
+use profiler_common::{
+    CgroupEntry, CgroupSlot, DROP_COUNTERS, DropReason, EXEC_PROBES, ExecStats, IoWait, NO_SLOT,
+    ProcEnvEvent, TABLE_PROBES, TaskBaseline, TaskRecord, table_probe,
+};
 
-use crate::config::*;
+use crate::config::{CONFIG, global};
 
 // Maps. Sizes are defaults; userspace may change them before load.
 

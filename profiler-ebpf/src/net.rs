@@ -8,9 +8,13 @@ use aya_ebpf::{
     maps::HashMap,
     programs::{BtfTracePointContext, SkBuffContext},
 };
-use profiler_common::*;
+use profiler_common::{ABSENT, DropReason, IfaceKey, IfaceTraffic, NetnsEntry};
 
-use crate::{config::*, maps::*, read::*};
+use crate::{
+    config::{CONFIG, global},
+    maps::{add, drop_count, entry_of, stats_of},
+    read::{ld, ld_ptr, rd, rd_ptr},
+};
 
 /// Network namespaces of the execs (key: `struct net` address), other than the host's.
 #[map]

@@ -4,9 +4,11 @@
 use core::{ffi::c_void, ptr::read_volatile};
 
 use aya_ebpf::helpers::{bpf_ktime_get_ns, generated as helper};
-use profiler_common::*;
+use profiler_common::{
+    ABSENT, COMM_LEN, TASK_LEADER, TASK_NO_DELAYS, TASK_PARTIAL, TaskCounters, TaskRecord,
+};
 
-use crate::{config::*, maps::*};
+use crate::maps::{BASELINES, IOWAITS};
 
 /// Read a `T` at `base + off`; zero when the field is absent or the read fails (the helper
 /// zeroes its destination on failure). Branch-free, which keeps the verifier's work small.
@@ -216,4 +218,18 @@ pub(crate) fn fill_record(
         _ => false,
     };
     (partial, had_iowait, base.is_some())
+}
+
+/// The context of a task iterator program (`struct bpf_iter__task`), and its meta.
+#[repr(C)]
+pub(crate) struct BpfIterMeta {
+    pub(crate) seq: *mut c_void,
+    pub(crate) session_id: u64,
+    pub(crate) seq_num: u64,
+}
+
+#[repr(C)]
+pub(crate) struct BpfIterTask {
+    pub(crate) meta: *const BpfIterMeta,
+    pub(crate) task: *const u8,
 }

@@ -4,9 +4,14 @@
 use core::ptr::read_volatile;
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use profiler_common::*;
+use profiler_common::{ABSENT, DropReason, IoWait};
 
-use crate::{config::*, maps::*, read::*, task::*};
+use crate::{
+    config::{OFFSETS, global},
+    maps::{IOWAITS, drop_count, entry_of},
+    read::{ld, ld_ptr, task_cgroup_id},
+    task::task_end,
+};
 
 // IO wait: time a task of the subtree is blocked with in_iowait set (in io_schedule()). The
 // kernel's own figure (delay accounting's blkio_delay) stamps the start of such a wait on the

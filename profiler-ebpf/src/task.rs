@@ -9,9 +9,25 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use profiler_common::*;
+use profiler_common::{
+    ARGS_LEN, DropReason, ENV_LEN, EV_PROC_ENV, EV_PROC_EXEC, EV_TASK_END, EV_TASK_SNAPSHOT,
+    PROC_ENV_HEADER, ProcEnvEvent, ProcExecEvent, TASK_COUNTERS, TASK_LEADER, TASK_NO_DELAYS,
+    TASK_OOM_VICTIM, TaskRecord,
+};
 
-use crate::{config::*, final_figures::*, maps::*, net::*, read::*};
+use crate::{
+    config::global,
+    final_figures::exec_final,
+    maps::{
+        BASELINES, ENV_SCRATCH, EVENTS, IOWAITS, SCRATCH, add, drop_count, emit, entry_of,
+        stats_of, wakeup_flag,
+    },
+    net::note_netns,
+    read::{
+        BpfIterTask, cgroup_id, cgroup_parent, comm_of, fill_record, ld, ld_ptr, task_cgroup_id,
+        task_dfl_cgroup,
+    },
+};
 
 // Task lifecycle.
 
@@ -226,19 +242,6 @@ pub(crate) fn task_end(task: *const u8) -> Option<()> {
 }
 
 // Task iterator: live counters of every task in the subtree, read by userspace on demand.
-
-#[repr(C)]
-pub(crate) struct BpfIterMeta {
-    pub(crate) seq: *mut c_void,
-    pub(crate) session_id: u64,
-    pub(crate) seq_num: u64,
-}
-
-#[repr(C)]
-pub(crate) struct BpfIterTask {
-    pub(crate) meta: *const BpfIterMeta,
-    pub(crate) task: *const u8,
-}
 
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/task")]

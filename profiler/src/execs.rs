@@ -4,11 +4,16 @@
 use std::collections::HashMap;
 
 use anyhow::{Result, bail};
-use profiler_common::*;
+use profiler_common::{
+    ARGS_LEN, CgroupEvent, EV_CGROUP_CREATED, EV_CGROUP_REMOVED, EV_EXEC_CREATED, EV_EXEC_FINAL,
+    EV_PROC_ENV, EV_PROC_EXEC, EV_TASK_END, ExecFinalEvent, PROC_ENV_HEADER, ProcEnvHeader,
+    ProcExecEvent, TASK_LEADER, TASK_NO_DELAYS, TASK_OOM_VICTIM, TASK_PARTIAL, TaskCounters,
+    TaskRecord,
+};
 
-use crate::programs::{ProgramTotals, Programs};
 use crate::{
     ci::CiContext,
+    programs::{ProgramTotals, Programs},
     runtime::{ContainerInfo, Lookup},
 };
 
@@ -743,6 +748,8 @@ pub fn top_processes(procs: &mut [Proc], n: usize) -> Vec<Proc> {
 
 #[cfg(test)]
 mod tests {
+    use profiler_common::{CGROUP_PATH_LEN, COMM_LEN, EV_TASK_SNAPSHOT, MEMCG_EVENTS, PSI_STATES};
+
     use super::*;
 
     fn task(tgid: u32, pid: u32, cpu: u64, comm: &str) -> TaskRecord {

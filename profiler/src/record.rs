@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use profiler_common::*;
+use profiler_common::{DiskStats, ExecStats, LAT_BUCKETS, TaskCounters, lat_bucket_floor_ns};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -13,8 +13,7 @@ use crate::{
     execs::{Exec, Exit, Live, Proc, top_processes},
     programs::ProgramTotals,
     runtime::{ContainerInfo, Lookup},
-    sources::cgroup_files::CgroupReport,
-    sources::net::NetReport,
+    sources::{cgroup_files::CgroupReport, net::NetReport},
 };
 
 /// Whether an exec's figures are final.
