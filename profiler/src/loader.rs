@@ -49,6 +49,12 @@ pub struct ProgramCost {
     pub run_time: Duration,
 }
 
+/// A map of the object, taken out of it (the programs keep using it).
+pub fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {
+    ebpf.take_map(name)
+        .ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+}
+
 /// A program of the object, as its kind.
 pub fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
 where
@@ -95,12 +101,8 @@ impl Probes {
             .map_max_entries("BASELINES", limits.max_baselines)
             .load(OBJECT)
             .map_err(|e| anyhow!("cannot load the profiler's eBPF maps and programs: {e}"))?;
-        let mut map = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
-        };
-        let events = RingBuf::try_from(map("EVENTS")?)?;
-        let drops = PerCpuArray::try_from(map("DROPS")?)?;
+        let events = RingBuf::try_from(take_map(&mut ebpf, "EVENTS")?)?;
+        let drops = PerCpuArray::try_from(take_map(&mut ebpf, "DROPS")?)?;
         let mut probes = Self {
             tables: ExecTables::take(&mut ebpf, &limits)?,
             baselines: Baselines::take(&mut ebpf)?,

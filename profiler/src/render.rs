@@ -415,14 +415,25 @@ pub fn printable(s: &str) -> String {
     out
 }
 
-fn truncate(s: &str, n: usize) -> String {
+/// `s` in at most `n` characters: its start, and an ellipsis where it was cut.
+pub fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_owned()
     } else {
-        let mut t: String = s.chars().take(n - 1).collect();
+        let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
         t.push('…');
         t
     }
+}
+
+/// `s` in at most `n` characters: its end (where a path names the exec), after an ellipsis.
+pub fn truncate_start(s: &str, n: usize) -> String {
+    let len = s.chars().count();
+    if len <= n {
+        return s.to_owned();
+    }
+    let tail: String = s.chars().skip(len - n.saturating_sub(1)).collect();
+    format!("…{tail}")
 }
 
 /// Nanoseconds, human-readable.

@@ -8,6 +8,7 @@ use opentelemetry::{Key, KeyValue, StringValue, Value};
 use profiler_common::{LAT_BUCKETS, lat_bucket_floor_ns};
 use regex::Regex;
 
+use super::secs;
 use crate::{
     record::{ExecRecord, ExecState},
     runtime::container_id,
@@ -247,10 +248,6 @@ impl ExecAttributes {
         }
         a
     }
-}
-
-fn secs(ns: u64) -> f64 {
-    ns as f64 / 1e9
 }
 
 fn dir(d: &'static str) -> Attrs {

@@ -23,6 +23,11 @@ pub use otlp::{OtlpConfig, Protocol, SpansConfig, TlsFiles, Transport, reqwest_i
 use self::metrics::ExecAttributes;
 use crate::record::{ExecRecord, ExecState};
 
+/// Nanoseconds as the seconds OpenTelemetry's time units are in.
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
 /// Most ended execs kept waiting for a successful OTLP export (an outage longer than this
 /// many execs loses the oldest, with a warning).
 const MAX_PENDING_FINALS: usize = 50_000;

@@ -21,17 +21,16 @@ use opentelemetry_sdk::trace::{
     IdGenerator as _, RandomIdGenerator, SpanData, SpanEvents, SpanExporter, SpanLinks,
 };
 
-use super::http_client::{Cause, cause_of};
+use super::{
+    http_client::{Cause, cause_of},
+    secs,
+};
 use crate::record::ExecRecord;
 
 /// Most spans kept waiting for a collector that does not answer.
 const MAX_PENDING: usize = 10_000;
 /// Most spans in one export.
 const BATCH: usize = 512;
-
-fn secs(ns: u64) -> f64 {
-    ns as f64 / 1e9
-}
 
 fn time(unix_ns: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(unix_ns)

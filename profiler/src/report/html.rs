@@ -14,7 +14,7 @@
 use std::fmt::Write as _;
 
 use super::{Breakdown, Build, Ci, ExecRecord, NamedBy, State, summary::http_date};
-use crate::render::{bytes, dur};
+use crate::render::{bytes, dur, truncate, truncate_start};
 
 const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
@@ -137,8 +137,8 @@ fn ci_cell(ci: &Ci) -> (String, String) {
 /// own name is there), a name or command its start.
 fn short_name(r: &ExecRecord, n: usize) -> String {
     match r.name() {
-        (p, NamedBy::Path) => shorten(p, n),
-        (name, _) => shorten_front(name, n),
+        (p, NamedBy::Path) => truncate_start(p, n),
+        (name, _) => truncate(name, n),
     }
 }
 
@@ -410,22 +410,6 @@ fn tick_label(t: u64, step: u64) -> String {
     }
 }
 
-fn shorten(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        return s.to_owned();
-    }
-    // Keep the end of a path: the exec's own name is there.
-    let tail: String = s
-        .chars()
-        .rev()
-        .take(n - 1)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    format!("…{tail}")
-}
-
 /// A table cell: the sort key in data-v (empty when the figure is missing), what is shown
 /// (HTML, escaped already), and a title.
 struct Cell {
@@ -521,7 +505,7 @@ fn cells(r: &ExecRecord, t0: u64) -> Vec<Cell> {
             ci_html,
             "<span class=\"sub trace\" title=\"{}\">trace {}</span>",
             esc(&t.trace_id),
-            esc(&shorten_front(&t.trace_id, 9))
+            esc(&truncate(&t.trace_id, 9))
         );
         ci_text = format!("{ci_text} trace {}", t.trace_id);
     }
@@ -640,7 +624,7 @@ fn details(s: &mut String, i: usize, r: &ExecRecord, t0: u64) {
     };
     row(s, "path", "cgroup path", esc(&r.exec));
     if let Some(c) = &r.container {
-        let mut x = format!("{} {}", esc(&c.runtime), esc(&shorten_front(&c.id, 13)));
+        let mut x = format!("{} {}", esc(&c.runtime), esc(&truncate(&c.id, 13)));
         if let Some(n) = &c.name {
             let _ = write!(x, " &middot; name {}", esc(n));
         }
@@ -653,12 +637,12 @@ fn details(s: &mut String, i: usize, r: &ExecRecord, t0: u64) {
                 s,
                 "container_command",
                 "its command",
-                esc(&shorten_front(cmd, 200)),
+                esc(&truncate(cmd, 200)),
             );
         }
     }
     if let Some(cmd) = &r.command {
-        row(s, "command", "first program", esc(&shorten_front(cmd, 200)));
+        row(s, "command", "first program", esc(&truncate(cmd, 200)));
     }
     if let Some(e) = &r.exit {
         let v = esc(&e.status.summary());
@@ -818,7 +802,7 @@ fn details(s: &mut String, i: usize, r: &ExecRecord, t0: u64) {
             let _ = write!(
                 s,
                 "<li><b>{}</b> pid {} &middot; CPU {}</li>",
-                esc(&shorten_front(p.name(), 80)),
+                esc(&truncate(p.name(), 80)),
                 p.pid,
                 dur(p.on_cpu_ns)
             );
@@ -851,17 +835,6 @@ fn details(s: &mut String, i: usize, r: &ExecRecord, t0: u64) {
         s.push_str("</ul>");
     }
     s.push_str("</template>\n");
-}
-
-/// The first `n` characters of a command line.
-fn shorten_front(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
 }
 
 #[cfg(test)]
@@ -1051,6 +1024,6 @@ mod tests {
         assert_eq!(tick_label(1_500_000_000, 500_000_000), "1.5s");
         assert_eq!(tick_label(1_250_000_000, 50_000_000), "1.25s");
         assert_eq!(tick_label(500_000_000, 500_000_000), "500ms");
-        assert_eq!(shorten("a/very/long/path", 6), "…/path");
+        assert_eq!(truncate_start("a/very/long/path", 6), "…/path");
     }
 }

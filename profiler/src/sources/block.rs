@@ -1,7 +1,7 @@
 //! Block IO (profiler-ebpf block.rs): each request is tied to the exec that caused it when it
 //! starts, and its bytes and latency counted at completion.
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use aya::{
     Ebpf,
     maps::{HashMap, MapData},
@@ -9,6 +9,7 @@ use aya::{
 use profiler_common::Inflight;
 
 use super::{Program, Stage, p};
+use crate::loader::take_map;
 
 pub const PROGRAMS: &[Program] = &[
     p("block_rq_issue", "2.6.32", Stage::Task),
@@ -30,10 +31,7 @@ pub struct BioOrigins(HashMap<MapData, u64, Inflight>);
 
 impl BioOrigins {
     pub fn take(ebpf: &mut Ebpf) -> Result<Self> {
-        let map = ebpf
-            .take_map("BIO_ORIGIN")
-            .ok_or_else(|| anyhow!("map BIO_ORIGIN missing from the eBPF object"))?;
-        Ok(Self(HashMap::try_from(map)?))
+        Ok(Self(HashMap::try_from(take_map(ebpf, "BIO_ORIGIN")?)?))
     }
 
     /// Remove the entries of bios whose request was never seen issued for longer than

@@ -18,6 +18,7 @@ use profiler_common::{
 };
 
 use super::{Program, Stage, p, table::MappedArray};
+use crate::loader::take_map;
 
 pub const PROGRAMS: &[Program] = &[
     p("cgroup_mkdir", "4.13", Stage::Cgroup),
@@ -56,10 +57,9 @@ pub struct ExecTables {
 }
 
 fn take_array(ebpf: &mut Ebpf, name: &str) -> Result<MapData> {
-    match ebpf.take_map(name) {
-        Some(Map::Array(m)) => Ok(m),
-        Some(_) => Err(anyhow!("map {name} is not an array")),
-        None => Err(anyhow!("map {name} missing from the eBPF object")),
+    match take_map(ebpf, name)? {
+        Map::Array(m) => Ok(m),
+        _ => Err(anyhow!("map {name} is not an array")),
     }
 }
 

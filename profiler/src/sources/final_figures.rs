@@ -13,7 +13,7 @@ use profiler_common::{ABSENT, FinalOffsets, MAX_CPUS, PSI_STATES};
 
 use crate::{
     kernel_layout::{EnumNames, KernelBtf},
-    loader::program,
+    loader::{program, take_map},
 };
 
 /// The iterator that finds each CPU's per-cpu offset and runqueue, and CONFIG_HZ's jiffies.
@@ -30,10 +30,7 @@ pub struct PerCpu {
 impl PerCpu {
     pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
         let mut array = |name: &str| -> anyhow::Result<Array<MapData, u64>> {
-            let map = ebpf
-                .take_map(name)
-                .ok_or_else(|| anyhow::anyhow!("map {name} missing from the eBPF object"))?;
-            Ok(Array::try_from(map)?)
+            Ok(Array::try_from(take_map(ebpf, name)?)?)
         };
         Ok(Self {
             offsets: array("PERCPU_OFFSETS")?,

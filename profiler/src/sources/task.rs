@@ -4,7 +4,7 @@
 
 use std::io::Read as _;
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf,
     maps::{HashMap, MapData},
@@ -13,7 +13,7 @@ use aya::{
 use profiler_common::{TaskBaseline, TaskRecord};
 
 use super::{Program, Stage, p};
-use crate::loader::program;
+use crate::loader::{program, take_map};
 
 pub const PROGRAMS: &[Program] = &[
     p("sched_process_fork", "2.6.32", Stage::Task),
@@ -29,10 +29,7 @@ pub struct Baselines(HashMap<MapData, u32, TaskBaseline>);
 
 impl Baselines {
     pub fn take(ebpf: &mut Ebpf) -> Result<Self> {
-        let map = ebpf
-            .take_map("BASELINES")
-            .ok_or_else(|| anyhow!("map BASELINES missing from the eBPF object"))?;
-        Ok(Self(HashMap::try_from(map)?))
+        Ok(Self(HashMap::try_from(take_map(ebpf, "BASELINES")?)?))
     }
 
     pub fn insert(&mut self, pid: u32, b: TaskBaseline) -> Result<()> {

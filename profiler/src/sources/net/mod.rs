@@ -22,7 +22,7 @@ pub use self::report::{
 use super::{Program, Stage, p};
 use crate::{
     kernel_layout::KernelBtf,
-    loader::{load_error, program},
+    loader::{load_error, program, take_map},
 };
 
 /// The interface counters of the execs' own namespaces.
@@ -71,12 +71,8 @@ impl NetMaps {
     /// The maps, and the socket programs loaded (the interface programs load with the
     /// tracepoints). `interfaces`: whether this kernel's layout has what they read.
     pub fn take(ebpf: &mut Ebpf, interfaces: Result<(), String>) -> Result<Self> {
-        let mut map = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
-        };
-        let netns = HashMap::try_from(map("NETNS")?)?;
-        let ifaces = HashMap::try_from(map("IFACES")?)?;
+        let netns = HashMap::try_from(take_map(ebpf, "NETNS")?)?;
+        let ifaces = HashMap::try_from(take_map(ebpf, "IFACES")?)?;
         let mut status = NetStatus {
             sockets: Ok(()),
             interfaces,
