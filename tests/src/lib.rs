@@ -5,20 +5,26 @@
 
 use std::{
     fs,
-    io::{BufRead as _, BufReader, Write as _},
+    io::Write as _,
     os::unix::{fs::MetadataExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex, mpsc},
     thread,
     time::{Duration, Instant},
 };
 
 pub use serde_json::Value;
 
+mod attached;
 pub mod backends;
 pub mod browser;
+mod netns;
 pub mod runtimes;
+
+pub use self::{
+    attached::Attached,
+    netns::{Netns, Server, veth},
+};
 
 /// The profiler binary under test (built by `cargo xtask test`, or named by PROFILER_BIN).
 pub fn profiler_bin() -> PathBuf {
@@ -372,6 +378,37 @@ pub fn children_voluntary_switches() -> u64 {
     ru.ru_nvcsw as u64
 }
 
+/// /proc/PID/schedstat (on-CPU, run delay) of an exited child, once its last switch is done:
+/// the dying task runs on after its parent can see it exit.
+pub fn settled_schedstat(pid: i32) -> (u64, u64) {
+    let read = || schedstat(pid as u32);
+    let mut last = read();
+    for _ in 0..1000 {
+        thread::sleep(Duration::from_millis(1));
+        let now = read();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the schedstat of exited pid {pid} still changes after 1 s: {last:?}");
+}
+
+/// Whether child `pid` has exited, leaving it to be reaped.
+pub fn exited(pid: i32) -> bool {
+    // SAFETY: siginfo is plain data; waitid with WNOWAIT leaves the child as it is.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        ) == 0
+            && info.si_pid() != 0
+    }
+}
+
 /// A scratch directory on a real block device (not tmpfs, not 9p), for IO tests:
 /// PROFILER_SCRATCH (the VM tests' virtio disk), else target/io-scratch.
 pub fn scratch_dir(name: &str) -> PathBuf {
@@ -385,197 +422,6 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     let d = root.join(format!("{name}-{}", std::process::id()));
     fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// The profiler running `attach` in the background with JSON output.
-pub struct Attached {
-    child: Child,
-    records: Arc<Mutex<Vec<Value>>>,
-    stderr: Arc<Mutex<Vec<String>>>,
-    readers: Vec<thread::JoinHandle<()>>,
-}
-
-impl Attached {
-    /// Start `profiler attach --output json --cgroup <cg> <extra...>` and wait until it is
-    /// attached.
-    pub fn start(cg: &TestCgroup, extra: &[&str]) -> Self {
-        let mut args = vec!["--cgroup".to_owned(), cg.arg()];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        Self::start_with(&args, &[])
-    }
-
-    /// Start `profiler attach --output json --top 0 <args...>` with extra environment
-    /// variables, and wait until it is attached.
-    pub fn start_with(args: &[String], env: &[(&str, &str)]) -> Self {
-        require_root();
-        let mut child = Command::new(profiler_bin())
-            .args(["attach", "--output", "json", "--top", "0"])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start profiler");
-        let records = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        let err = child.stderr.take().unwrap();
-        let r = records.clone();
-        let t1 = thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"));
-                r.lock().unwrap().push(v);
-            }
-        });
-        let e = stderr.clone();
-        let t2 = thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if line.contains("profiler: attached to") {
-                    let _ = ready_tx.send(());
-                }
-                eprintln!("[profiler] {line}");
-                e.lock().unwrap().push(line);
-            }
-        });
-        if ready_rx.recv_timeout(secs(60)).is_err() {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("profiler did not attach: {:?}", stderr.lock().unwrap());
-        }
-        Self {
-            child,
-            records,
-            stderr,
-            readers: vec![t1, t2],
-        }
-    }
-
-    /// The profiler's pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Where `--prometheus 127.0.0.1:0` serves, as the profiler said when it bound the port
-    /// (a port found free and released before the profiler binds it can be taken meanwhile).
-    pub fn prometheus_addr(&self) -> String {
-        let lines = self.stderr.lock().unwrap().clone();
-        lines
-            .iter()
-            .find_map(|l| {
-                l.split("serving Prometheus metrics at http://")
-                    .nth(1)?
-                    .strip_suffix("/metrics")
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| panic!("the profiler said no Prometheus address: {lines:?}"))
-    }
-
-    /// Records received so far.
-    pub fn records(&self) -> Vec<Value> {
-        self.records.lock().unwrap().clone()
-    }
-
-    /// Wait until a record for cgroup `id` with state "ended" arrives.
-    pub fn wait_ended(&self, id: u64, timeout: Duration) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(r) = self
-                .records()
-                .into_iter()
-                .find(|r| r["cgroup_id"].as_u64() == Some(id) && r["state"] == "ended")
-            {
-                return r;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no final record for cgroup {id} within {timeout:?}"
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Wait until an ended record for which `pred` holds arrives.
-    pub fn wait_ended_where(
-        &self,
-        what: &str,
-        timeout: Duration,
-        pred: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(r) = self
-                .records()
-                .into_iter()
-                .find(|r| r["state"] == "ended" && pred(r))
-            {
-                return r;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no final record of {what} within {timeout:?}; records: {:?}",
-                self.records()
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Wait until `n` ended records have arrived.
-    pub fn wait_ended_count(&self, n: usize, timeout: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let ended: Vec<Value> = self
-                .records()
-                .into_iter()
-                .filter(|r| r["state"] == "ended")
-                .collect();
-            if ended.len() >= n || Instant::now() > deadline {
-                return ended;
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// SIGINT, wait for exit; returns (exit code, all records, stderr lines).
-    pub fn stop(self) -> (i32, Vec<Value>, Vec<String>) {
-        self.stop_with(libc::SIGINT)
-    }
-
-    /// Send `signal`, wait for exit; returns (exit code, all records, stderr lines).
-    pub fn stop_with(mut self, signal: i32) -> (i32, Vec<Value>, Vec<String>) {
-        // SAFETY: signal the profiler this test started.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
-        // Its last export is bounded by the export timeout: a profiler that hangs on exit
-        // fails the test instead of hanging it.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("the profiler did not exit within 60 s of signal {signal}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        for t in self.readers.drain(..) {
-            t.join().unwrap();
-        }
-        let code = status.code().unwrap_or(-1);
-        (code, self.records(), self.stderr.lock().unwrap().clone())
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        if self.readers.is_empty() {
-            return;
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Run the profiler expecting failure, with extra environment variables: the exit code and
@@ -675,127 +521,6 @@ pub fn sh(argv: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A network namespace made for a test, with loopback up and IPv6 off (no router
-/// solicitations or MLD reports to blur the counts). Deleted on drop.
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new(name: &str) -> Self {
-        require_root();
-        let name = format!("{name}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        sh(&["ip", "netns", "add", &name]);
-        let ns = Self { name };
-        ns.exec(&[
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.all.disable_ipv6=1",
-            "net.ipv6.conf.default.disable_ipv6=1",
-        ]);
-        sh(&["ip", "-n", &ns.name, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    /// Run a command inside the namespace.
-    pub fn exec(&self, argv: &[&str]) -> String {
-        let mut a = vec!["ip", "netns", "exec", &self.name];
-        a.extend_from_slice(argv);
-        sh(&a)
-    }
-
-    /// The namespace's inode number (as /proc/PID/ns/net shows it).
-    pub fn inum(&self) -> u64 {
-        fs::metadata(format!("/run/netns/{}", self.name))
-            .unwrap()
-            .ino()
-    }
-
-    /// (rx bytes, rx packets, tx bytes, tx packets) of a device, as the kernel counts them.
-    pub fn link_stats(&self, dev: &str) -> [u64; 4] {
-        let out = sh(&[
-            "ip", "-n", &self.name, "-s", "-j", "link", "show", "dev", dev,
-        ]);
-        let v: Value = serde_json::from_str(&out).unwrap();
-        let s = &v[0]["stats64"];
-        [
-            u(&s["rx"]["bytes"]),
-            u(&s["rx"]["packets"]),
-            u(&s["tx"]["bytes"]),
-            u(&s["tx"]["packets"]),
-        ]
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
-    }
-}
-
-/// Connect two namespaces with a veth pair: `a_dev` in `a` with address `a_addr` (a /24),
-/// `b_dev` in `b` with `b_addr`. The pair goes with either namespace.
-pub fn veth(a: &Netns, a_dev: &str, a_addr: &str, b: &Netns, b_dev: &str, b_addr: &str) {
-    sh(&[
-        "ip", "link", "add", a_dev, "netns", &a.name, "type", "veth", "peer", "name", b_dev,
-        "netns", &b.name,
-    ]);
-    for (ns, dev, addr) in [(a, a_dev, a_addr), (b, b_dev, b_addr)] {
-        sh(&[
-            "ip",
-            "-n",
-            &ns.name,
-            "addr",
-            "add",
-            &format!("{addr}/24"),
-            "dev",
-            dev,
-        ]);
-        sh(&["ip", "-n", &ns.name, "link", "set", dev, "up"]);
-    }
-}
-
-/// A `netpeer serve` running in a namespace (or the host's with None); killed on drop.
-pub struct Server {
-    child: Child,
-}
-
-impl Server {
-    pub fn start(ns: Option<&Netns>, addr: &str, cgroup: Option<&Path>) -> Self {
-        let bin = netpeer();
-        let mut argv: Vec<&str> = Vec::new();
-        if let Some(ns) = ns {
-            argv.extend(["ip", "netns", "exec", &ns.name]);
-        }
-        argv.extend([bin.as_str(), "serve", addr]);
-        let mut child = match cgroup {
-            Some(cg) => spawn_in_piped(cg, &argv),
-            None => Command::new(argv[0])
-                .args(&argv[1..])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        };
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "netpeer serve {addr} did not start");
-        Self { child }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Remove a cgroup directory, retrying while its last tasks finish exiting.

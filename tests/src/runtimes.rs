@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{require_root, secs, v2_mount};
+use crate::{Value, require_root, secs, v2_mount};
 
 /// The repository's target directory.
 fn target() -> PathBuf {
@@ -567,5 +567,21 @@ impl Drop for RuncBundle {
             let _ = Command::new("runc").args(["delete", "-f", id]).output();
         }
         unmount_and_remove(&self.dir);
+    }
+}
+
+/// The record's container field `k` (None when absent).
+pub fn container<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
+    r["container"][k].as_str()
+}
+
+/// Removes a cgroup directory on drop (when a test fails before it does).
+pub struct Removed(pub std::path::PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            crate::remove_tree(&self.0);
+        }
     }
 }

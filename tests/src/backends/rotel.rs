@@ -10,7 +10,7 @@ use std::{
 use super::{
     Captured, Point, Span, accepts, capture, free_ports, parse_points, parse_spans, rotel_bin,
 };
-use crate::secs;
+use crate::{Attached, TestCgroup, secs};
 
 /// rotel-agent receiving OTLP on two free loopback ports, exporting nowhere (blackhole) and
 /// printing every metric data point it receives. Killed on drop.
@@ -210,6 +210,63 @@ impl Drop for Rotel {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The newest point of `metric` for exec `id` with these attributes, once it has value `want`.
+pub fn wait_point(rotel: &Rotel, metric: &str, id: u64, with: &[(&str, &str)], want: f64) -> Point {
+    let idv = id.to_string();
+    let found = rotel.wait_for(secs(60), |p| {
+        p.metric == metric
+            && p.attr("profiler.exec.cgroup_id") == Some(idv.as_str())
+            && with.iter().all(|(k, v)| p.attr(k) == Some(*v))
+            && (p.value - want).abs() <= want.abs() * 1e-9
+    });
+    found.last().unwrap().clone()
+}
+
+/// Wait until every exec of `want` (cgroup id, value) has points of `metric` with that value:
+/// the sum of the newest point of each of its series (e.g. cpu.mode user + system).
+pub fn wait_all(rotel: &Rotel, metric: &str, want: &[(u64, f64)]) {
+    let deadline = std::time::Instant::now() + secs(90);
+    loop {
+        let pts = rotel.points();
+        let mut newest = std::collections::HashMap::new();
+        for p in pts.iter().filter(|p| p.metric == metric) {
+            if let Some(id) = p.attr("profiler.exec.cgroup_id") {
+                newest.insert((id, format!("{:?}", p.attributes)), p.value);
+            }
+        }
+        let mut got: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+        for ((id, _), v) in newest {
+            *got.entry(id).or_default() += v;
+        }
+        let missing: Vec<&(u64, f64)> = want
+            .iter()
+            .filter(|(id, v)| {
+                got.get(id.to_string().as_str())
+                    .is_none_or(|g| (g - v).abs() > v.abs() * 1e-9)
+            })
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} execs never arrived with their final {metric}, e.g. {:?}",
+            missing.len(),
+            want.len(),
+            &missing[..missing.len().min(5)]
+        );
+        thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// `attach` exporting over HTTP to `rotel` every second, with these export settings besides.
+pub fn attach_exporting(cg: &TestCgroup, rotel: &Rotel, settings: &[&str]) -> Attached {
+    let endpoint = rotel.http_endpoint();
+    let mut args = vec!["--otlp-endpoint", &endpoint, "--export-interval", "1s"];
+    args.extend(settings);
+    Attached::start(cg, &args)
 }
 
 #[cfg(test)]
