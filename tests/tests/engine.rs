@@ -278,10 +278,12 @@ fn cpu_time_matches_cpu_stat() {
         }
         (oncpu, user, system)
     };
+    // A second of wall time spinning: on a busy machine less of it on a CPU, so the bound is
+    // loose (the figures are checked against cpu.stat above, whatever they are).
     let (oncpu, user, _) = run("user-bound", &[&busy(), "1000000"]);
     assert!(
-        oncpu > 900_000_000 && user > oncpu / 2,
-        "the workload ran about a second, in user mode ({oncpu} ns, user {user})"
+        oncpu > 100_000_000 && user > oncpu / 2,
+        "the workload spun for a second, in user mode ({oncpu} ns on a CPU, user {user})"
     );
     // Reading /dev/zero is clearing user pages: system time.
     let dd = [
