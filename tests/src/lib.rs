@@ -50,6 +50,13 @@ pub fn secs(n: u64) -> Duration {
     Duration::from_secs_f64(n as f64 * scale.max(1.0))
 }
 
+/// A tolerance of `ns` nanoseconds of the guest's own time, stretched as [`secs`] is: under
+/// emulation a vCPU waits its turn on the host while the guest's clock runs (a tick or a
+/// child's first steps take longer in the guest's clock).
+pub fn stretched_ns(ns: u64) -> u64 {
+    (ns as f64 * secs(1).as_secs_f64()) as u64
+}
+
 /// Run `cmd` as user and group `nobody` with no capabilities (setuid from root clears them).
 pub fn as_nobody(cmd: &mut Command) -> &mut Command {
     // SAFETY: only setgroups/setgid/setuid between fork and exec.

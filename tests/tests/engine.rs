@@ -401,7 +401,9 @@ fn io_wait_and_run_queue_delay_tile_when_woken_tasks_move() {
         if let Some(m) = migrations {
             assert!(m >= 20, "dd moved between CPUs only {m} times");
         }
-        assert!(u(&c["iowait_waits"]) >= 50, "dd's IO waits: {rec}");
+        // 100 direct writes: on the host each is a wait; in a 6.1 guest under emulation a
+        // write may complete before dd sleeps (36 waits seen).
+        assert!(u(&c["iowait_waits"]) >= 20, "dd's IO waits: {rec}");
         // The kernel's own figures of the task: on-CPU and run-queue delay exact.
         assert_eq!(on, f.0, "on-CPU vs /proc/PID/schedstat: {rec}");
         assert_eq!(rq, f.1, "run-queue delay vs /proc/PID/schedstat: {rec}");

@@ -26,7 +26,7 @@ fn check_cpu(what: &str, rec: &Value, truth_ns: u64) {
     let oncpu = u(&rec["cpu"]["on_cpu_ns"]) as f64;
     let truth = truth_ns as f64;
     report(&format!("{what} on-CPU vs its cgroup"), oncpu, truth);
-    let slice = 2e6 * secs(1).as_secs_f64(); // 2 ms times the time scale
+    let slice = stretched_ns(2_000_000) as f64;
     let whole = u(&rec["cgroup"]["cpu_usage_usec"]["value"]) as f64 * 1000.0;
     assert_eq!(
         rec["cgroup"]["cpu_usage_usec"]["when"], "final",
