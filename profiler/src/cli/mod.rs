@@ -221,7 +221,8 @@ pub(crate) fn start_exporters(common: &CommonArgs) -> Result<Option<Exporters>> 
 }
 
 pub(crate) fn print_costs(mon: &Monitor) {
-    log::info!("eBPF program costs (kernel BPF statistics):");
+    // Asked for with --bpf-stats: output, not a message (-q does not hide it).
+    eprintln!("profiler: eBPF program costs (kernel BPF statistics):");
     for c in mon.costs() {
         let mean = (c.run_time.as_nanos() as u64)
             .checked_div(c.run_count)
