@@ -91,6 +91,13 @@ pub fn warnings() -> (u64, u64) {
     })
 }
 
+/// Text to stderr, its errors ignored: a closed or full stderr (`2>&-`) loses the messages but
+/// must not stop the profiler (eprintln! panics there).
+pub fn write_stderr(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
 /// One line as shown on stderr.
 fn line(level: Level, message: &str) -> String {
     let tag = match level {
@@ -142,7 +149,7 @@ impl Log for Diagnostics {
                 }
             }
         }
-        eprintln!("{}", line(record.level(), &message));
+        write_stderr(&format!("{}\n", line(record.level(), &message)));
     }
 
     fn flush(&self) {}

@@ -406,3 +406,20 @@ fn run_forwards_sigterm_and_kills_what_the_command_left() {
         "the background sleep: {rec}"
     );
 }
+
+/// A stderr whose reader has gone (`profiler run ... 2>&1 | head -c0`): the messages and the
+/// report are lost, the profiler goes on and exits with the command's code (it once panicked
+/// at its first message, exit 101).
+#[test]
+fn a_stderr_without_reader_loses_messages_not_the_run() {
+    require_root();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = Command::new(profiler_bin())
+        .args(["run", "--", "sh", "-c", "exit 3"])
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "{status}");
+}

@@ -221,13 +221,16 @@ pub(crate) fn start_exporters(common: &CommonArgs) -> Result<Option<Exporters>> 
 }
 
 pub(crate) fn print_costs(mon: &Monitor) {
-    // Asked for with --bpf-stats: output, not a message (-q does not hide it).
-    eprintln!("profiler: eBPF program costs (kernel BPF statistics):");
+    use std::fmt::Write as _;
+    // Asked for with --bpf-stats: output, not a message (-q does not hide it). Written with
+    // its errors ignored: a closed stderr must not panic (eprintln! would).
+    let mut text = String::from("profiler: eBPF program costs (kernel BPF statistics):\n");
     for c in mon.costs() {
         let mean = (c.run_time.as_nanos() as u64)
             .checked_div(c.run_count)
             .unwrap_or(0);
-        eprintln!(
+        let _ = writeln!(
+            text,
             "  {:<22} runs {:>10}  total {:>12} ns  mean {:>6} ns",
             c.name,
             c.run_count,
@@ -235,6 +238,7 @@ pub(crate) fn print_costs(mon: &Monitor) {
             mean
         );
     }
+    crate::diagnostics::write_stderr(&text);
 }
 
 pub(crate) fn enable_bpf_stats(on: bool) -> Result<Option<std::os::fd::OwnedFd>> {

@@ -139,7 +139,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<i32> {
         x.shutdown();
     }
     match args.common.output {
-        Output::Text => eprint!("{}", report.detailed(&args.command.join(" "), &status)),
+        Output::Text => {
+            crate::diagnostics::write_stderr(&report.detailed(&args.command.join(" "), &status))
+        }
         // The command's exit code is the answer, whether or not stdout's reader stayed.
         Output::Json => match emit(&[report], Output::Json) {
             Err(e) if !e.is::<super::StdoutGone>() => return Err(e),
