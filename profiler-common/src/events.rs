@@ -44,10 +44,15 @@ pub struct ProcExecEvent {
     pub comm: [u8; COMM_LEN],
     /// argv as NUL-separated strings, truncated to ARGS_LEN.
     pub args: [u8; ARGS_LEN],
-    /// When the program started (CLOCK_MONOTONIC), for an exec's first two programs (one may
-    /// be its main program); 0 for the others.
+    /// When the program started (CLOCK_MONOTONIC), for an exec's first [`EARLY_PROGRAMS`]
+    /// programs (one may be its main program); 0 for the others.
     pub ts_ns: u64,
 }
+
+/// An exec's first programs, which are stamped, send their environment and wake the reader:
+/// one of them is its main program, after a runtime's init, which may execute twice (runc
+/// init, then runc init again from a sealed copy of itself, both inside the exec's cgroup).
+pub const EARLY_PROGRAMS: u64 = 3;
 
 /// The environment of one of an exec's first programs, read from its new stack when it
 /// starts (CI step and trace context: exact however short the program). Sent as the header

@@ -10,9 +10,9 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use profiler_common::{
-    ARGS_LEN, DropReason, ENV_LEN, EV_PROC_ENV, EV_PROC_EXEC, EV_TASK_END, EV_TASK_SNAPSHOT,
-    PROC_ENV_HEADER, ProcEnvEvent, ProcExecEvent, TASK_COUNTERS, TASK_LEADER, TASK_NO_DELAYS,
-    TASK_OOM_VICTIM, TaskRecord,
+    ARGS_LEN, DropReason, EARLY_PROGRAMS, ENV_LEN, EV_PROC_ENV, EV_PROC_EXEC, EV_TASK_END,
+    EV_TASK_SNAPSHOT, PROC_ENV_HEADER, ProcEnvEvent, ProcExecEvent, TASK_COUNTERS, TASK_LEADER,
+    TASK_NO_DELAYS, TASK_OOM_VICTIM, TaskRecord,
 };
 
 use crate::{
@@ -68,8 +68,8 @@ pub(crate) fn try_exec(task: *const u8) -> Option<()> {
     let stats = stats_of(entry.slot)?;
     add(&mut stats.execve, 1);
     // An exec's first programs wake the reader, which reads their environment (CI step,
-    // trace context) while they run; a runtime's own init may come first, hence two.
-    let early = global(&stats.execve) <= 2;
+    // trace context) while they run; a runtime's own init may come first, twice.
+    let early = global(&stats.execve) <= EARLY_PROGRAMS;
     // A container's first program is executed after its runtime joined the exec's network
     // namespace: this is where the namespace becomes the exec's.
     note_netns(task, entry.exec_id);

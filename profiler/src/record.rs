@@ -370,7 +370,8 @@ pub struct Phases {
 impl Phases {
     /// None when the exec's main program was not seen starting.
     fn of(exec: &Exec, end_ns: u64) -> Option<Self> {
-        // No start stamp: a main program that was not among the exec's first two execve calls.
+        // No start stamp: a main program that was not among the exec's first execve calls
+        // (EARLY_PROGRAMS in profiler-common).
         let m = exec.main.filter(|m| m.started_ns != 0)?;
         let start = m.started_ns.clamp(exec.started_ns, end_ns);
         let ended = m.ended_ns.map(|t| t.clamp(start, end_ns));

@@ -45,7 +45,12 @@ fn check_cpu(what: &str, rec: &Value, truth_ns: u64) {
 /// (The main process's CPU time is no bound: before its execve it was the runtime's init.)
 fn check_phases(what: &str, rec: &Value, min_run_ns: u64) {
     let ph = &rec["phases"];
-    let (setup, run, teardown) = (u(&ph["setup_ns"]), u(&ph["run_ns"]), u(&ph["teardown_ns"]));
+    let part = |k: &str| {
+        ph[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{what}: no phases.{k}: {rec}"))
+    };
+    let (setup, run, teardown) = (part("setup_ns"), part("run_ns"), part("teardown_ns"));
     assert_eq!(setup + run + teardown, u(&rec["wall_ns"]), "{what}: {rec}");
     assert!(setup > 0 && run > 0 && run >= min_run_ns, "{what}: {ph}");
     eprintln!("MEASURED {what} phases: setup {setup} ns, run {run} ns, teardown {teardown} ns");
