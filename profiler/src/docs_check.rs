@@ -235,8 +235,11 @@ pub(crate) fn full_record_with(ci: CiContext) -> ExecRecord {
     let keyed = BTreeMap::from([("key".to_owned(), 1u64)]);
     let nested = BTreeMap::from([("8:0".to_owned(), keyed.clone())]);
     ExecRecord {
+        schema: 1,
+        host: "build-7".into(),
         exec: "ci/job-1/step".into(),
         cgroup_id: 42,
+        step: "app".into(),
         container: Some(ContainerInfo {
             runtime: "containerd",
             id: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into(),

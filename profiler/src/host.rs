@@ -87,11 +87,47 @@ pub fn kernel_release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// The host's name (empty when unknown).
-pub fn host_name() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default()
+/// The host's name, as every output names it (records, OTLP resource, Prometheus
+/// `target_info`): `host.name` of OTEL_RESOURCE_ATTRIBUTES where set (two profilers on one
+/// machine, or a container whose hostname is its id), else the hostname; empty when unknown.
+pub fn host_name() -> &'static str {
+    static NAME: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        std::env::var("OTEL_RESOURCE_ATTRIBUTES")
+            .ok()
+            .and_then(|a| resource_attribute(&a, "host.name"))
+            .unwrap_or_else(|| {
+                nix::unistd::gethostname()
+                    .map(|h| h.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            })
+    });
+    &NAME
+}
+
+/// One attribute of an OTEL_RESOURCE_ATTRIBUTES value (`k=v,k2=v2`, values percent-encoded),
+/// when set and not blank.
+fn resource_attribute(list: &str, key: &str) -> Option<String> {
+    let v = list.split(',').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k.trim() == key).then(|| v.trim())
+    })?;
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |j: usize| b.get(j).and_then(|c| (*c as char).to_digit(16));
+        match (b[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned()).filter(|s| !s.trim().is_empty())
 }
 
 /// The operating system as uname(2) describes it: "sysname release version".
@@ -137,4 +173,23 @@ pub fn possible_cpus() -> u32 {
         })
         .map(|m| m + 1)
         .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resource_attribute;
+
+    #[test]
+    fn host_name_comes_from_the_resource_attributes() {
+        let get = |s| resource_attribute(s, "host.name");
+        assert_eq!(get("host.name=ci-7").as_deref(), Some("ci-7"));
+        assert_eq!(
+            get("service.name=x, host.name = a%20b%2Cc ,k=v").as_deref(),
+            Some("a b,c")
+        );
+        assert_eq!(get("host.name=%zz").as_deref(), Some("%zz"));
+        assert_eq!(get("host.name=  ,x=1"), None);
+        assert_eq!(get("service.name=x"), None);
+        assert_eq!(get(""), None);
+    }
 }

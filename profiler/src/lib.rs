@@ -28,3 +28,4 @@ pub mod resident;
 pub mod runtime;
 pub mod sources;
 pub mod spawn;
+pub mod step;

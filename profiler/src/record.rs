@@ -38,9 +38,16 @@ impl ExecState {
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ExecRecord {
+    /// The record's format: [`RECORD_SCHEMA`], raised when a field changes meaning or goes
+    /// (added fields keep it).
+    pub schema: u32,
+    /// The host the exec ran on: `host.name` of OTEL_RESOURCE_ATTRIBUTES, else the hostname.
+    pub host: String,
     /// Path of the exec's cgroup relative to the attached cgroup ("." for the cgroup itself).
     pub exec: String,
     pub cgroup_id: u64,
+    /// What stays the same when the same step runs again (see `step.rs`).
+    pub step: String,
     /// What the container runtime says about the exec (id, name, image, command, Kubernetes
     /// pod), when its cgroup is a container's or a BuildKit step's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,6 +94,9 @@ pub struct ExecRecord {
     pub network: Option<NetReport>,
     pub notes: Vec<String>,
 }
+
+/// The format of the records written now (`report` reads older ones, and warns of newer).
+pub const RECORD_SCHEMA: u32 = 1;
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct CpuReport {
@@ -559,9 +569,24 @@ impl ExecRecord {
         let (programs, other_programs) =
             ProgramReport::listed(exec.procs.programs(live_procs), i.programs);
         let other = &exec.procs.other;
+        let container = exec.container();
+        let step = crate::step::identity(
+            exec.ci
+                .as_ref()
+                .and_then(|c| c.attributes.get("cicd.pipeline.task.name"))
+                .map(String::as_str),
+            container.and_then(|c| c.name.as_deref()),
+            container
+                .and_then(|c| c.command.as_deref())
+                .or(exec.command.as_deref()),
+            exec.report_path(),
+        );
         Self {
+            schema: RECORD_SCHEMA,
+            host: crate::host::host_name().to_owned(),
             exec: exec.report_path().to_owned(),
             cgroup_id: exec.id,
+            step,
             container: exec.container().cloned(),
             command: exec.command.clone(),
             exit: exec.main.and_then(|m| {

@@ -216,6 +216,20 @@ impl ExecAttributes {
             }
             None => put("container.id", container_id(path).as_ref()),
         }
+        // The step identity may be made of the command: made without it then.
+        let step = if self.no_command_line {
+            crate::step::identity(
+                r.ci.as_ref()
+                    .and_then(|c| c.attributes.get("cicd.pipeline.task.name"))
+                    .map(String::as_str),
+                r.container.as_ref().and_then(|c| c.name.as_deref()),
+                None,
+                path,
+            )
+        } else {
+            r.step.clone()
+        };
+        put("profiler.exec.step", Some(&step));
         if !self.no_command_line {
             put(
                 "process.command_line",

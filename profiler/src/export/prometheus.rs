@@ -158,7 +158,7 @@ fn target_info() -> String {
             [
                 ("service.name", "profiler"),
                 ("service.version", env!("CARGO_PKG_VERSION")),
-                ("host.name", host.as_str()),
+                ("host.name", host),
             ]
             .into_iter(),
             None
