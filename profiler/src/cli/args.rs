@@ -116,12 +116,33 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The JSON lines (`-` reads stdin).
-    #[arg(value_name = "FILE.jsonl")]
-    pub input: String,
-    /// Where to write the HTML page.
-    #[arg(long, default_value = "profiler-report.html", value_name = "OUT.html")]
-    pub html: PathBuf,
+    /// Recorded JSON lines: files, directories (their *.jsonl and *.json files) or quoted
+    /// patterns ('runs/*.jsonl'); `-` reads stdin. One file is pictured as one build; more
+    /// are grouped by step. With --compare, these are the NEW runs.
+    #[arg(value_name = "FILE", required = true)]
+    pub input: Vec<String>,
+    /// Compare with these BASE runs (files, directories, patterns), the list ended by `--`:
+    /// each step's figures in NEW against BASE, flagged where they moved beyond BASE's spread.
+    #[arg(long, num_args = 1.., value_name = "BASE")]
+    pub compare: Vec<String>,
+    /// With --compare, exit 3 when a step crosses a condition: FIGURE (flagged heavier),
+    /// FIGURE=PCT% (and grown by more than PCT), `any`, `failed` (fails, never in BASE),
+    /// `oom`. Figures: wall, cpu, runq, iowait, read, write, network, memory.
+    #[arg(long, value_delimiter = ',', value_parser = crate::report::compare::FailOn::parse, requires = "compare", value_name = "COND")]
+    pub fail_on: Vec<crate::report::compare::FailOn>,
+    /// Group a single input by step as well (a sidecar's file of many runs).
+    #[arg(long)]
+    pub steps: bool,
+    /// Write an HTML page (one build: default profiler-report.html).
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
+    /// Write the steps (or the comparison) as JSON (`-` for stdout).
+    #[arg(long, value_name = "OUT.json")]
+    pub json: Option<String>,
+    /// Write a GitHub-flavoured Markdown summary, to stdout or `--markdown=FILE` (e.g.
+    /// --markdown="$GITHUB_STEP_SUMMARY").
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "-", value_name = "FILE")]
+    pub markdown: Option<String>,
     /// Execs listed per resource in the summary.
     #[arg(long, default_value_t = 5)]
     pub top: usize,

@@ -95,7 +95,17 @@ pub async fn run_cli(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Attach(a) => attach::attach(a).await,
         Command::Run(r) => run::run(r).await,
-        Command::Report(r) => crate::report::run(&r.input, &r.html, r.top).map(|()| 0),
+        Command::Report(r) => crate::report::run(&crate::report::Options {
+            inputs: r.input,
+            compare: r.compare,
+            fail_on: r.fail_on,
+            steps: r.steps,
+            html: r.html,
+            json: r.json,
+            markdown: r.markdown,
+            top: r.top,
+        })
+        .map(|()| 0),
         Command::Check(c) => check::check(c).await,
         Command::Completions(c) => generate::completions(c).map(|()| 0),
         Command::Manpages(m) => generate::manpages(m).map(|()| 0),
@@ -104,7 +114,11 @@ pub async fn run_cli(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(e) if e.is::<StdoutGone>() => 0,
         Err(e) => {
-            let code = e.downcast_ref::<SpawnError>().map(|s| s.code).unwrap_or(1);
+            let code = match e.downcast_ref::<SpawnError>() {
+                Some(s) => s.code,
+                None if e.is::<crate::report::compare::Crossed>() => 3,
+                None => 1,
+            };
             log::error!("{}", one_line(&e));
             code
         }
@@ -269,7 +283,7 @@ mod tests {
         }
         let c = Cli::try_parse_from(["profiler", "report", "-", "--html", "o.html"]).unwrap();
         match c.command {
-            Command::Report(r) => assert_eq!((r.input.as_str(), r.top), ("-", 5)),
+            Command::Report(r) => assert_eq!((r.input, r.top), (vec!["-".to_owned()], 5)),
             _ => panic!(),
         }
         assert!(Cli::try_parse_from(["profiler", "report"]).is_err());

@@ -3,16 +3,20 @@
 //! time of each exec is broken down ([`Breakdown`]), and two renderings are made: a terminal
 //! summary ([`summary`]) and a self-contained HTML page ([`html`]).
 
+pub mod compare;
 pub mod html;
+mod many;
+pub mod markdown;
+pub mod read;
 mod record;
+pub mod steps;
 pub mod summary;
 
 use std::{
     collections::{BTreeMap, HashMap},
     fs,
-    io::{BufRead, BufReader, Read as _},
+    io::{BufRead, BufReader},
     ops::AddAssign,
-    path::Path,
 };
 
 pub use self::record::{
@@ -20,9 +24,6 @@ pub use self::record::{
     State, Tasks, Trace, Traffic,
 };
 use anyhow::{Context as _, Result, bail};
-
-/// The longest line `report` reads (a record with thousands of processes is a few MiB).
-const MAX_LINE: usize = 64 << 20;
 
 /// Where an exec's task time went: `on_cpu + runq + iowait + other - overlap == task`, and at
 /// most one of `other` and `overlap` is non-zero.
@@ -95,44 +96,33 @@ pub struct Build {
     pub records: Vec<ExecRecord>,
     /// "running" records dropped because a later record of the same exec replaced them.
     pub superseded: usize,
+    /// Lines that were no records, or records that made no sense: skipped.
+    pub warnings: Vec<String>,
 }
 
 impl Build {
     /// Read JSON lines. For each exec (cgroup id) its "ended" record is kept, else its last
-    /// "running" one. Blank lines are skipped; anything else that is not a record is an error
-    /// naming its line.
-    pub fn read(mut input: impl BufRead, name: &str) -> Result<Self> {
+    /// "running" one. Lines that are no records are warnings (see [`read::each_record`]); an
+    /// input without any record is an error.
+    pub fn read(input: impl BufRead, name: &str) -> Result<Self> {
+        let b = Self::read_lenient(input, name)?;
+        if b.records.is_empty() {
+            read::Warnings { lines: b.warnings }.log();
+            bail!(
+                "{name} holds no exec records (expected the JSON lines of `profiler attach --output json`)"
+            );
+        }
+        Ok(b)
+    }
+
+    /// As [`Build::read`], but an input without records is an empty build.
+    pub fn read_lenient(input: impl BufRead, name: &str) -> Result<Self> {
         let mut records: Vec<ExecRecord> = Vec::new();
         let mut by_id: HashMap<u64, usize> = HashMap::new();
         let mut superseded = 0;
-        let mut buf = Vec::new();
-        for n in 1.. {
-            buf.clear();
-            // Bounded: a file that is no JSON lines (/dev/zero) must not take all memory.
-            let got = (&mut input)
-                .take(MAX_LINE as u64 + 1)
-                .read_until(b'\n', &mut buf)
-                .with_context(|| format!("cannot read {name} line {n}"))?;
-            if got == 0 {
-                break;
-            }
-            if buf.len() > MAX_LINE {
-                bail!(
-                    "{name} line {n} is longer than {} MiB: not an exec record",
-                    MAX_LINE >> 20
-                );
-            }
-            let line = String::from_utf8_lossy(&buf);
-            if line.trim().is_empty() {
-                continue;
-            }
-            let r: ExecRecord = serde_json::from_str(&line).map_err(|e| {
-                anyhow::anyhow!("{name} line {n}: not an exec record: {}", json_error(&e))
-            })?;
-            if let Err(why) = r.check() {
-                log::warn!("{name} line {n}: skipped: {why}");
-                continue;
-            }
+        let mut warn = read::Warnings::default();
+        let mut twice = Vec::new();
+        read::each_record(input, name, &mut warn, |n, r| {
             match by_id.get(&r.cgroup_id) {
                 None => {
                     by_id.insert(r.cgroup_id, records.len());
@@ -141,11 +131,11 @@ impl Build {
                 Some(&at) => {
                     let old = &records[at];
                     if old.state == State::Ended && r.state == State::Ended {
-                        bail!(
-                            "{name} line {n}: a second \"ended\" record of exec {} (cgroup {})",
-                            r.exec,
-                            r.cgroup_id
-                        );
+                        twice.push(format!(
+                        "{name} line {n}: a second \"ended\" record of exec {} (cgroup {}): skipped",
+                        r.exec, r.cgroup_id
+                    ));
+                        return;
                     }
                     superseded += 1;
                     if old.state == State::Running {
@@ -153,18 +143,15 @@ impl Build {
                     }
                 }
             }
-        }
-        if records.is_empty() {
-            bail!(
-                "{name} holds no exec records (expected the JSON lines of `profiler attach --output json`)"
-            );
-        }
+        })?;
+        warn.lines.extend(twice);
         records.sort_by(|a, b| {
             (a.start_unix_ns, &a.exec, a.cgroup_id).cmp(&(b.start_unix_ns, &b.exec, b.cgroup_id))
         });
         Ok(Self {
             records,
             superseded,
+            warnings: warn.lines,
         })
     }
 
@@ -217,38 +204,169 @@ impl Build {
     }
 }
 
-/// serde_json's message without its position (each line is one document: the column is
-/// what locates the fault).
-fn json_error(e: &serde_json::Error) -> String {
-    let msg = e.to_string();
-    let msg = match msg.rsplit_once(" at line ") {
-        Some((m, _)) => m.to_owned(),
-        None => msg,
-    };
-    if e.column() > 0 {
-        format!("{msg} (column {})", e.column())
+/// What `profiler report` is asked for (the command line's `report` arguments).
+#[derive(Debug, Default)]
+pub struct Options {
+    pub inputs: Vec<String>,
+    /// BASE inputs of `--compare`: then `inputs` are NEW.
+    pub compare: Vec<String>,
+    pub fail_on: Vec<compare::FailOn>,
+    /// Group one input by step too.
+    pub steps: bool,
+    pub html: Option<std::path::PathBuf>,
+    /// `-` is stdout.
+    pub json: Option<String>,
+    pub markdown: Option<String>,
+    pub top: usize,
+}
+
+/// The page `report` writes for one build when `--html` names none.
+pub const DEFAULT_HTML: &str = "profiler-report.html";
+
+/// `profiler report`: one build pictured (an HTML page and a terminal summary), or many runs
+/// grouped by step, or BASE and NEW compared; JSON and Markdown on request.
+pub fn run(o: &Options) -> Result<()> {
+    if o.json.as_deref() == Some("-") && o.markdown.as_deref() == Some("-") {
+        bail!("--json - and --markdown both ask for stdout: give one of them a file");
+    }
+    let stdout_free = o.json.as_deref() != Some("-") && o.markdown.as_deref() != Some("-");
+    let inputs = read::expand(&o.inputs)?;
+    if o.compare.is_empty() && !o.steps && inputs.len() == 1 {
+        return one_build(&inputs[0], o, stdout_free);
+    }
+    let new = load_steps(&inputs)?;
+    let new_sum = new.summaries();
+    let mut base_sum = Vec::new();
+    let base = if o.compare.is_empty() {
+        None
     } else {
-        msg
+        let base = load_steps(&read::expand(&o.compare)?)?;
+        base_sum = base.summaries();
+        Some(base)
+    };
+    let diffs = base.as_ref().map(|_| compare::compare(&base_sum, &new_sum));
+    let compared = base.as_ref().zip(diffs.as_deref());
+    let source = o.inputs.join(" ");
+    if stdout_free {
+        let text = match compared {
+            Some((b, d)) => many::compare_text(b, &new, d),
+            None => many::steps_table(&new, &new_sum),
+        };
+        crate::cli::write_stdout(text.as_bytes())?;
+    }
+    if let Some(path) = &o.json {
+        let mut text = match (&base, &diffs) {
+            (Some(b), Some(d)) => serde_json::to_string_pretty(&many::CompareDoc {
+                base: many::StepsDoc::of(b, &base_sum),
+                new: many::StepsDoc::of(&new, &new_sum),
+                margin_pct: compare::MARGIN_PCT,
+                steps: d,
+            }),
+            _ => serde_json::to_string_pretty(&many::StepsDoc::of(&new, &new_sum)),
+        }?;
+        text.push('\n');
+        write_to(path, &text)?;
+    }
+    if let Some(path) = &o.markdown {
+        write_to(path, &markdown::render(&new, &new_sum, compared))?;
+    }
+    if let Some(path) = &o.html {
+        let page = html::steps::render(&new, &new_sum, compared, &source);
+        fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    match &diffs {
+        Some(d) => compare::check(&o.fail_on, d),
+        None => Ok(()),
     }
 }
 
-/// `profiler report`: read the records, write the page, print the summary.
-pub fn run(input: &str, html_out: &Path, top: usize) -> Result<()> {
-    let (build, name) = if input == "-" {
-        (Build::read(std::io::stdin().lock(), "stdin")?, "stdin")
-    } else {
-        let f = fs::File::open(input).with_context(|| format!("cannot open {input}"))?;
-        (Build::read(BufReader::new(f), input)?, input)
+/// One recording pictured: the page, the summary, and what else was asked for.
+fn one_build(input: &read::Input, o: &Options, stdout_free: bool) -> Result<()> {
+    let name = input.name();
+    let build = match input {
+        read::Input::Stdin => Build::read(std::io::stdin().lock(), &name)?,
+        read::Input::File(p) => {
+            let f = fs::File::open(p).with_context(|| format!("cannot open {name}"))?;
+            Build::read(BufReader::new(f), &name)?
+        }
     };
-    let page = html::render(&build, name);
-    fs::write(html_out, page).with_context(|| format!("cannot write {}", html_out.display()))?;
-    crate::cli::write_stdout(summary::render(&build, top).as_bytes())?;
+    read::Warnings {
+        lines: build.warnings.clone(),
+    }
+    .log();
+    let html_out = o.html.clone().unwrap_or_else(|| DEFAULT_HTML.into());
+    let page = html::render(&build, &name);
+    fs::write(&html_out, page).with_context(|| format!("cannot write {}", html_out.display()))?;
+    if stdout_free {
+        crate::cli::write_stdout(summary::render(&build, o.top).as_bytes())?;
+    }
+    if o.json.is_some() || o.markdown.is_some() {
+        let mut steps = steps::Steps::default();
+        steps.files = 1;
+        steps.warnings = build.warnings.clone();
+        for r in &build.records {
+            steps.add(r, &name);
+        }
+        let sum = steps.summaries();
+        if let Some(path) = &o.json {
+            let mut text = serde_json::to_string_pretty(&many::StepsDoc::of(&steps, &sum))?;
+            text.push('\n');
+            write_to(path, &text)?;
+        }
+        if let Some(path) = &o.markdown {
+            write_to(path, &markdown::render(&steps, &sum, None))?;
+        }
+    }
     log::info!(
         "wrote {} ({} execs)",
         html_out.display(),
         build.records.len()
     );
     Ok(())
+}
+
+/// Every input's records folded into steps, one file at a time (each file's records are
+/// deduplicated by exec, then dropped). A file without records is a warning; inputs without
+/// any are an error.
+pub fn load_steps(inputs: &[read::Input]) -> Result<steps::Steps> {
+    let mut s = steps::Steps::default();
+    let mut warn = read::Warnings::default();
+    for input in inputs {
+        let name = input.name();
+        let b = match input {
+            read::Input::Stdin => Build::read_lenient(std::io::stdin().lock(), &name)?,
+            read::Input::File(p) => {
+                let f = fs::File::open(p).with_context(|| format!("cannot open {name}"))?;
+                Build::read_lenient(BufReader::new(f), &name)?
+            }
+        };
+        warn.lines.extend(b.warnings);
+        if b.records.is_empty() {
+            warn.add(format!("{name} holds no exec records: skipped"));
+            continue;
+        }
+        s.files += 1;
+        for r in &b.records {
+            s.add(r, &name);
+        }
+    }
+    warn.log();
+    s.warnings = warn.lines;
+    if s.execs() == 0 {
+        bail!(
+            "no exec records in {} input(s) (expected the JSON lines of `profiler attach --output json`)",
+            inputs.len()
+        );
+    }
+    Ok(s)
+}
+
+fn write_to(path: &str, text: &str) -> Result<()> {
+    if path == "-" {
+        crate::cli::write_stdout(text.as_bytes())
+    } else {
+        fs::write(path, text).with_context(|| format!("cannot write {path}"))
+    }
 }
 
 #[cfg(test)]
@@ -411,11 +529,20 @@ pub(crate) mod tests {
 
     #[test]
     fn an_endless_line_is_an_error_not_a_memory_hog() {
-        let zeros = std::io::repeat(0).take(MAX_LINE as u64 + 10);
+        use std::io::Read as _;
+        let zeros = std::io::repeat(0).take(read::MAX_LINE as u64 + 10);
         let e = Build::read(std::io::BufReader::new(zeros), "/dev/zero").unwrap_err();
+        assert!(
+            e.to_string().starts_with("/dev/zero holds no exec records"),
+            "{e}"
+        );
+        let zeros = std::io::repeat(0).take(read::MAX_LINE as u64 + 10);
+        let b = Build::read_lenient(std::io::BufReader::new(zeros), "/dev/zero").unwrap();
         assert_eq!(
-            e.to_string(),
-            "/dev/zero line 1 is longer than 64 MiB: not an exec record"
+            b.warnings,
+            [
+                "/dev/zero line 1 is longer than 64 MiB: not an exec record; the rest of the file is skipped"
+            ]
         );
     }
 
@@ -471,11 +598,15 @@ pub(crate) mod tests {
         .records
         .remove(0);
         assert!(!r.ci().unwrap().trace.as_ref().unwrap().sampled);
-        // A container without its id is not the profiler's: an error, not a silent default.
-        let e = read(&with(&base, r#""container":{"runtime":"docker"}"#))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("missing field `id`"), "{e}");
+        // A container without its id is not the profiler's: skipped, not a silent default.
+        let text = with(&base, r#""container":{"runtime":"docker"}"#);
+        let b = Build::read_lenient(text.as_bytes(), "t").unwrap();
+        assert!(b.records.is_empty());
+        assert!(
+            b.warnings[0].contains("missing field `id`"),
+            "{:?}",
+            b.warnings
+        );
     }
 
     #[test]
@@ -509,30 +640,37 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_bad_line_is_an_error_naming_it() {
+    fn a_bad_line_is_a_warning_naming_it() {
         let good = line("a", 1, "ended", 0, 100, &cpu(1, 0, 0, 2));
-        let e = read(&format!("{good}\n{{oops\n")).unwrap_err().to_string();
-        assert!(e.starts_with("t.jsonl line 2: not an exec record: "), "{e}");
-        assert!(!e.contains('\n'), "one line: {e}");
-        let e = read(&format!("{good}\n\n{{\"exec\":\"x\"}}\n"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("t.jsonl line 3: "), "{e}");
-        assert!(e.contains("missing field `cgroup_id`"), "{e}");
-        let e = read(&good.replace("\"ended\"", "\"gone\""))
-            .unwrap_err()
-            .to_string();
+        let b = read(&format!("{good}\n{{oops\n")).unwrap();
+        assert_eq!(b.records.len(), 1);
+        let w = &b.warnings;
         assert!(
-            e.contains("line 1") && e.contains("unknown variant `gone`"),
-            "{e}"
+            w[0].starts_with("t.jsonl line 2: not an exec record: "),
+            "{w:?}"
         );
+        assert!(!w[0].contains('\n'), "one line: {w:?}");
         // A record of a profiler without task time or Unix times says what it lacks.
-        let e = read(&good.replace("\"task_time_ns\"", "\"x\""))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("missing field `task_time_ns`"), "{e}");
-        let e = read(&format!("{good}\n{good}")).unwrap_err().to_string();
-        assert!(e.contains("line 2: a second \"ended\" record"), "{e}");
+        let b = read(&format!(
+            "{good}\n{}",
+            good.replace("\"task_time_ns\"", "\"x\"")
+        ))
+        .unwrap();
+        assert!(
+            b.warnings[0].contains("missing field `task_time_ns`"),
+            "{:?}",
+            b.warnings
+        );
+        let b = read(&format!("{good}\n{good}")).unwrap();
+        assert_eq!(b.records.len(), 1);
+        assert!(
+            b.warnings[0].contains("line 2: a second \"ended\" record"),
+            "{:?}",
+            b.warnings
+        );
+        // Nothing but bad lines: an error.
+        let e = read("{oops\n").unwrap_err().to_string();
+        assert!(e.contains("holds no exec records"), "{e}");
     }
 
     #[test]

@@ -13,8 +13,16 @@ use super::Breakdown;
 /// hold null or leave them out.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct ExecRecord {
+    /// Absent in records written before it was: those are schema 1.
+    #[serde(default = "schema_1")]
+    pub schema: u32,
+    #[serde(default)]
+    pub host: Option<String>,
     pub exec: String,
     pub cgroup_id: u64,
+    /// The step identity; made here from the other fields for records without it.
+    #[serde(default)]
+    pub step: Option<String>,
     /// Written only for an exec whose cgroup is a container's (or a BuildKit step's).
     #[serde(default)]
     pub container: Option<Container>,
@@ -48,6 +56,10 @@ pub struct ExecRecord {
     pub cgroup: Option<Cgroup>,
     pub network: Option<Network>,
     pub notes: Vec<String>,
+}
+
+fn schema_1() -> u32 {
+    1
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -178,14 +190,24 @@ pub enum NamedBy {
 pub struct Cgroup {
     pub memory_peak_bytes: Option<Sourced>,
     pub v1_memory_max_usage_bytes: Option<Sourced>,
+    pub memory_events: Option<Sourced<BTreeMap<String, u64>>>,
 }
 
 /// A cgroup-file figure: its value, or why it is missing.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default)]
-pub struct Sourced {
-    pub value: Option<u64>,
+pub struct Sourced<T = u64> {
+    pub value: Option<T>,
     pub missing: Option<String>,
+}
+
+impl<T> Default for Sourced<T> {
+    fn default() -> Self {
+        Self {
+            value: None,
+            missing: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -232,6 +254,44 @@ impl ExecRecord {
             (n, NamedBy::Command)
         } else {
             (&self.exec, NamedBy::Path)
+        }
+    }
+
+    /// The OOM killer ended its main program, or killed in its cgroup.
+    pub fn oom_killed(&self) -> bool {
+        let killed_here = self
+            .cgroup
+            .as_ref()
+            .and_then(|c| {
+                c.memory_events
+                    .as_ref()?
+                    .value
+                    .as_ref()?
+                    .get("oom_kill")
+                    .copied()
+            })
+            .is_some_and(|n| n > 0);
+        killed_here || self.exit.as_ref().is_some_and(|e| e.status.oom_killed)
+    }
+
+    /// Its step identity (docs/figures.md, "Step identity"): the record's, else made from its
+    /// fields as the profiler makes it.
+    pub fn step(&self) -> std::borrow::Cow<'_, str> {
+        match &self.step {
+            Some(s) => s.as_str().into(),
+            None => {
+                let c = self.container.as_ref();
+                crate::step::identity(
+                    self.ci
+                        .as_ref()
+                        .and_then(|c| c.attr("cicd.pipeline.task.name")),
+                    c.and_then(|c| c.name.as_deref()),
+                    c.and_then(|c| c.command.as_deref())
+                        .or(self.command.as_deref()),
+                    &self.exec,
+                )
+                .into()
+            }
         }
     }
 

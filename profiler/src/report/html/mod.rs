@@ -14,6 +14,7 @@
 use std::fmt::Write as _;
 
 mod details;
+pub mod steps;
 
 use self::details::details;
 use super::{Breakdown, Build, Ci, ExecRecord, NamedBy, State, summary::http_date};
