@@ -144,6 +144,93 @@ fn real_record() -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// Many files, some bad: each fault is one warning naming its file and line, the rest is
+/// reported; hosts whose clocks disagree still compare by their own durations.
+#[test]
+fn report_of_many_files_warns_of_each_bad_one_and_reports_the_rest() {
+    require_root();
+    let v: Value = serde_json::from_str(&real_record()).unwrap();
+    let rec = |id: u64, host: &str, shift_ns: i64, extra: Option<(&str, Value)>| {
+        let mut r = v.clone();
+        r["cgroup_id"] = id.into();
+        r["host"] = host.into();
+        for k in ["start_unix_ns", "end_unix_ns"] {
+            r[k] = (u(&r[k]) as i64 + shift_ns).into();
+        }
+        if let Some((k, x)) = extra {
+            r[k] = x;
+        }
+        r.to_string()
+    };
+    let dir = scratch_dir("report-many");
+    let write = |name: &str, lines: &[String]| fs::write(dir.join(name), lines.join("\n")).unwrap();
+    write(
+        "a.jsonl",
+        &[
+            rec(11, "h1", 0, None),
+            "{oops".into(),
+            rec(12, "h1", 0, None),
+        ],
+    );
+    // Another host, its clock an hour behind; then a record of a newer schema.
+    let hour = -3_600_000_000_000;
+    write(
+        "b.jsonl",
+        &[
+            rec(21, "h2", hour, None),
+            rec(22, "h2", hour, Some(("schema", 2.into()))),
+        ],
+    );
+    write("empty.jsonl", &[]);
+    let whole = rec(31, "h1", 0, None);
+    write(
+        "cut.jsonl",
+        &[whole.clone(), whole[..whole.len() / 2].to_owned()],
+    );
+    let out = Command::new(profiler_bin())
+        .args(["report", dir.to_str().unwrap(), "--json", "-"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let d = |f: &str| dir.join(f).display().to_string();
+    for want in [
+        format!("{} line 2: not an exec record", d("a.jsonl")),
+        format!("{} line 2: records of schema 2 are newer", d("b.jsonl")),
+        format!(
+            "{} line 2: truncated (the file ends inside a record): skipped",
+            d("cut.jsonl")
+        ),
+        format!("{} holds no exec records: skipped", d("empty.jsonl")),
+    ] {
+        assert!(err.contains(&want), "{want:?} not in {err}");
+    }
+    assert_eq!(err.lines().count(), 4, "one line per fault: {err}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["execs"], 5, "{doc}");
+    assert_eq!(doc["skipped_lines"], 4, "{doc}");
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "a run per file with records: {doc}");
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "one command, one step: {doc}");
+    // Every copy has the record's own wall time, whatever its host's clock said.
+    let wall = &steps[0]["figures"]["wall"];
+    assert_eq!(
+        (u(&wall["min"]), u(&wall["max"])),
+        (u(&v["wall_ns"]), u(&v["wall_ns"]))
+    );
+    assert_eq!(u(&wall["count"]), 5);
+
+    // Nothing readable at all: one line, exit 1.
+    let (code, err) = fails(&["report", &d("empty.jsonl"), &d("empty.jsonl")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no exec records in 2 input(s)"), "{err}");
+    let (code, err) = fails(&["report", &d("*.csv")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("matches no file"), "{err}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn report_survives_records_that_make_no_sense_and_closed_or_full_outputs() {
     require_root();

@@ -287,6 +287,52 @@ mod tests {
             _ => panic!(),
         }
         assert!(Cli::try_parse_from(["profiler", "report"]).is_err());
+        let report = |args: &[&str]| {
+            let argv = ["profiler", "report"].iter().chain(args).copied();
+            match Cli::try_parse_from(argv).map(|c| c.command) {
+                Ok(Command::Report(r)) => Ok(r),
+                Ok(_) => panic!(),
+                Err(e) => Err(e.kind()),
+            }
+        };
+        // BASE ends at `--`; options go before it.
+        let r = report(&[
+            "--fail-on",
+            "write=50%,failed",
+            "--compare",
+            "a",
+            "b",
+            "--",
+            "c",
+        ])
+        .unwrap();
+        assert_eq!(
+            (r.compare, r.input),
+            (vec!["a".into(), "b".into()], vec!["c".into()])
+        );
+        assert_eq!(r.fail_on.len(), 2);
+        let r = report(&["new", "--compare", "base"]).unwrap();
+        assert_eq!(
+            (r.compare, r.input),
+            (vec!["base".into()], vec!["new".into()])
+        );
+        // A bare --markdown takes no file after it: that is an input.
+        let r = report(&["--markdown", "x.jsonl"]).unwrap();
+        assert_eq!(
+            (r.markdown.as_deref(), r.input),
+            (Some("-"), vec!["x.jsonl".into()])
+        );
+        let r = report(&["--markdown=s.md", "x.jsonl"]).unwrap();
+        assert_eq!(r.markdown.as_deref(), Some("s.md"));
+        assert!(
+            report(&["x", "--fail-on", "any"]).is_err(),
+            "--fail-on needs --compare"
+        );
+        assert!(
+            report(&["--compare", "a", "--", "b", "--fail-on", "speed"]).is_ok(),
+            "after --, an input"
+        );
+        assert!(report(&["--fail-on", "speed", "--compare", "a", "--", "b"]).is_err());
         // Neither --cgroup nor --runtime: every runtime found (decided when it runs).
         assert!(Cli::try_parse_from(["profiler", "attach"]).is_ok());
         assert!(

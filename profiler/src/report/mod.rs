@@ -107,9 +107,9 @@ impl Build {
     pub fn read(input: impl BufRead, name: &str) -> Result<Self> {
         let b = Self::read_lenient(input, name)?;
         if b.records.is_empty() {
-            read::Warnings { lines: b.warnings }.log();
             bail!(
-                "{name} holds no exec records (expected the JSON lines of `profiler attach --output json`)"
+                "{name} holds no exec records (expected the JSON lines of `profiler attach --output json`){}",
+                read::first_fault(&b.warnings)
             );
         }
         Ok(b)
@@ -350,14 +350,16 @@ pub fn load_steps(inputs: &[read::Input]) -> Result<steps::Steps> {
             s.add(r, &name);
         }
     }
-    warn.log();
-    s.warnings = warn.lines;
     if s.execs() == 0 {
+        // One line: the first fault says what the inputs are instead.
         bail!(
-            "no exec records in {} input(s) (expected the JSON lines of `profiler attach --output json`)",
-            inputs.len()
+            "no exec records in {} input(s) (expected the JSON lines of `profiler attach --output json`){}",
+            inputs.len(),
+            read::first_fault(&warn.lines)
         );
     }
+    warn.log();
+    s.warnings = warn.lines;
     Ok(s)
 }
 

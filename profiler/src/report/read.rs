@@ -39,6 +39,16 @@ impl Warnings {
     }
 }
 
+/// The first fault of an input without records, for its one-line error: ": FAULT (and N
+/// more)", or nothing.
+pub fn first_fault(warnings: &[String]) -> String {
+    match warnings {
+        [] => String::new(),
+        [one] => format!(": {one}"),
+        [first, rest @ ..] => format!(": {first} (and {} more)", rest.len()),
+    }
+}
+
 /// Each record of `input`, with its line number, in order. Blank lines are skipped; a line
 /// that is no record, or a record that makes no sense, is a warning; a line beyond
 /// [`MAX_LINE`] ends the file (no line follows it that could be found in bounded memory).
