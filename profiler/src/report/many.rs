@@ -40,7 +40,8 @@ pub fn overview(s: &Steps) -> String {
     o
 }
 
-/// The terminal table: one row per step, each figure as median / p95 / max.
+/// The terminal table: one row per step, each figure as median and p95 (the max is in the
+/// JSON and the page); a figure no step has (all missing or 0) is left out.
 pub fn steps_table(s: &Steps, summaries: &[StepSummary]) -> String {
     let mut o = overview(s);
     o.push_str("\n\n");
@@ -50,13 +51,21 @@ pub fn steps_table(s: &Steps, summaries: &[StepSummary]) -> String {
         .max()
         .unwrap_or(4)
         .clamp(4, 60);
+    let shown: Vec<&Figure> = FIGURES
+        .iter()
+        .filter(|f| {
+            summaries
+                .iter()
+                .any(|x| x.get(f).is_some_and(|st| st.max > 0))
+        })
+        .collect();
     let _ = write!(
         o,
         "{:<w$} {:>5} {:>5} {:>6}",
         "step", "execs", "runs", "failed"
     );
-    for f in FIGURES {
-        let _ = write!(o, "  {:>26}", format!("{} med/p95/max", f.label));
+    for f in &shown {
+        let _ = write!(o, "  {:>19}", format!("{} med/p95", f.label));
     }
     o.push('\n');
     for x in summaries {
@@ -68,17 +77,12 @@ pub fn steps_table(s: &Steps, summaries: &[StepSummary]) -> String {
             x.runs,
             failed_cell(x.failed, x.oom_killed)
         );
-        for f in &FIGURES {
+        for f in &shown {
             let cell = match x.get(f) {
-                Some(st) => format!(
-                    "{}/{}/{}",
-                    value(f, st.median),
-                    value(f, st.p95),
-                    value(f, st.max)
-                ),
+                Some(st) => format!("{}/{}", value(f, st.median), value(f, st.p95)),
                 None => "n/a".into(),
             };
-            let _ = write!(o, "  {cell:>26}");
+            let _ = write!(o, "  {cell:>19}");
         }
         o.push('\n');
     }
