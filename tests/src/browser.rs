@@ -35,6 +35,26 @@ pub fn chromium_bin() -> PathBuf {
     p
 }
 
+/// Mermaid's browser bundle (dist/mermaid.min.js of the npm package), named by MERMAID_JS:
+/// `cargo xtask test` installs the package in target/tools/mermaid. Fails, never skips,
+/// without it.
+pub fn mermaid_js() -> PathBuf {
+    let p = PathBuf::from(std::env::var("MERMAID_JS").unwrap_or_else(|_| {
+        panic!(
+            "MERMAID_JS is unset: this test renders Markdown's Mermaid diagrams with the real \
+             mermaid library; cargo xtask test installs it (npm install --prefix \
+             target/tools/mermaid mermaid@VERSION) and sets MERMAID_JS to \
+             target/tools/mermaid/node_modules/mermaid/dist/mermaid.min.js"
+        )
+    }));
+    assert!(
+        p.is_file(),
+        "MERMAID_JS={} missing: cargo xtask test installs mermaid in target/tools/mermaid",
+        p.display()
+    );
+    fs::canonicalize(&p).unwrap()
+}
+
 pub struct Browser {
     child: Child,
     to_browser: std::io::PipeWriter,

@@ -317,6 +317,39 @@ pub(crate) fn ensure_backends() -> Result<(PathBuf, PathBuf)> {
     Ok((rotel, prometheus))
 }
 
+/// The mermaid version whose browser bundle renders the Markdown's gantt in the report tests.
+const MERMAID_VERSION: &str = "12.4.0";
+
+/// Mermaid's browser bundle (the npm package, in target/tools/mermaid), which the report tests
+/// load in headless Chromium to render `report --markdown`'s Mermaid gantt; node and npm from
+/// Debian where npm is missing. Returns MERMAID_JS.
+pub(crate) fn ensure_mermaid() -> Result<PathBuf> {
+    let prefix = root().join("target/tools/mermaid");
+    let pkg = prefix.join("node_modules/mermaid");
+    let js = pkg.join("dist/mermaid.min.js");
+    let installed = fs::read_to_string(pkg.join("package.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .and_then(|v| v["version"].as_str().map(str::to_owned));
+    if installed.as_deref() != Some(MERMAID_VERSION) || !js.is_file() {
+        ensure_debian_packages(&[("nodejs", "node"), ("npm", "npm")])?;
+        fs::create_dir_all(&prefix)?;
+        // Only the bundle is used, in a browser: the package's node engine does not matter.
+        run(Command::new("npm")
+            .args(["install", "--prefix"])
+            .arg(&prefix)
+            .args(["--no-audit", "--no-fund", "--save-exact"])
+            .arg(format!("mermaid@{MERMAID_VERSION}")))?;
+    }
+    if !js.is_file() {
+        bail!(
+            "npm installed mermaid@{MERMAID_VERSION} without {}",
+            js.display()
+        );
+    }
+    Ok(js)
+}
+
 /// Stop a service that a package just installed and started (unless policy-rc.d forbade it):
 /// the tests start their own instances.
 fn stop_service(name: &str, pidfile: &str) -> Result<()> {
@@ -392,6 +425,8 @@ fn test(filter: Option<&str>) -> Result<()> {
     ])?;
     // The exporter tests check what real backends receive: rotel (OTLP) and Prometheus.
     let (rotel, prometheus) = ensure_backends()?;
+    // The report tests render the Markdown's Mermaid gantt with the real mermaid library.
+    let mermaid = ensure_mermaid()?;
     ensure_runtimes()?;
     let bin = build(false)?;
     // Workloads that run inside containers, which have no C library.
@@ -446,6 +481,7 @@ fn test(filter: Option<&str>) -> Result<()> {
         .env("PROFILER_BIN", &bin)
         .env("ROTEL_BIN", &rotel)
         .env("PROMETHEUS_BIN", &prometheus)
+        .env("MERMAID_JS", &mermaid)
         .env("PROFILER_STATIC_BINS", &static_bins)
         .env("PROFILER_DIST_DIR", &dist)
         .env("PROFILER_IMAGE_TAR", &image)

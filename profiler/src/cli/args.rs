@@ -121,7 +121,8 @@ pub struct ReportArgs {
     /// are grouped by step. With --compare, these are the NEW runs.
     #[arg(value_name = "FILE", required = true)]
     pub input: Vec<String>,
-    /// Compare with these BASE runs (files, directories, patterns), the list ended by `--`:
+    /// Compare with these BASE runs (files, directories, patterns), the list ended by `--`
+    /// (other options go before --compare):
     /// each step's figures in NEW against BASE, flagged where they moved beyond BASE's spread.
     #[arg(long, num_args = 1.., value_name = "BASE")]
     pub compare: Vec<String>,

@@ -213,7 +213,9 @@ fn comparison(o: &mut String, base: &Steps, diffs: &[StepDiff]) {
 }
 
 /// A task name Mermaid reads as text: letters, digits and a few signs kept, the rest spaces
-/// (`:` ends a name, `#` and `;` are syntax), and never a keyword at the line's start.
+/// (`:` ends a name, `#` and `;` are syntax), cut in the middle (a command's start and its
+/// end both tell steps apart), and never a statement at the line's start: a name that begins
+/// with a gantt keyword or a digit (a date) gets `step ` before it.
 pub fn gantt_name(s: &str) -> String {
     let kept: String = s
         .chars()
@@ -225,27 +227,49 @@ pub fn gantt_name(s: &str) -> String {
             }
         })
         .collect();
-    let mut name = kept.split_whitespace().collect::<Vec<_>>().join(" ");
-    name = truncate(&name, 50);
-    const KEYWORDS: [&str; 12] = [
+    let name = kept.split_whitespace().collect::<Vec<_>>().join(" ");
+    let name = cut_middle(&name, 60);
+    // Every statement of Mermaid's gantt grammar (and `gantt` itself).
+    const KEYWORDS: [&str; 17] = [
+        "gantt",
         "title",
         "dateformat",
         "axisformat",
-        "section",
+        "tickinterval",
+        "inclusiveenddates",
+        "topaxis",
         "excludes",
         "includes",
         "todaymarker",
-        "tickinterval",
         "weekday",
+        "weekend",
+        "section",
         "click",
+        "call",
         "acctitle",
         "accdescr",
     ];
     let first = name.split_whitespace().next().unwrap_or("").to_lowercase();
-    if name.is_empty() || KEYWORDS.iter().any(|k| first.starts_with(k)) {
-        name = format!("step {name}");
+    let statement = KEYWORDS.iter().any(|k| first.starts_with(k))
+        || first.starts_with(|c: char| c.is_ascii_digit());
+    if name.is_empty() || statement {
+        format!("step {name}")
+    } else {
+        name
     }
-    name
+}
+
+/// `s` in at most `n` characters: its start and its end around an ellipsis.
+fn cut_middle(s: &str, n: usize) -> String {
+    let len = s.chars().count();
+    if len <= n {
+        return s.to_owned();
+    }
+    let head = (n - 1) / 3;
+    let tail = n - 1 - head;
+    let start: String = s.chars().take(head).collect();
+    let end: String = s.chars().skip(len - tail).collect();
+    format!("{start}…{end}")
 }
 
 /// The last run's execs as a Mermaid gantt: one bar per exec from its start to its end,
@@ -268,10 +292,11 @@ fn gantt(o: &mut String, s: &Steps) {
             .collect();
     }
     let span_ms = (run.end_unix_ns - run.start_unix_ns.min(run.end_unix_ns)) / 1_000_000;
-    let axis = if span_ms > 3_600_000 {
-        "%H:%M"
-    } else {
-        "%M:%S"
+    // Ticks that differ: milliseconds for a run of seconds.
+    let axis = match span_ms {
+        0..10_000 => "%S.%L",
+        10_000..3_600_000 => "%M:%S",
+        _ => "%H:%M",
     };
     o.push_str("```mermaid\ngantt\n    dateFormat x\n");
     let _ = writeln!(o, "    axisFormat {axis}");
@@ -313,8 +338,16 @@ mod tests {
             "sh -c make all echo 1"
         );
         assert_eq!(gantt_name("section b"), "step section b");
+        assert_eq!(gantt_name("topAxis x"), "step topAxis x");
+        assert_eq!(gantt_name("2026-12-07 nightly"), "step 2026-12-07 nightly");
         assert_eq!(gantt_name(":::"), "step ");
-        assert!(gantt_name(&"x".repeat(99)).chars().count() <= 55);
+        let long = format!("sh /a/{}/compile.sh", "x".repeat(99));
+        let cut = gantt_name(&long);
+        assert_eq!(cut.chars().count(), 60, "{cut}");
+        assert!(
+            cut.starts_with("sh /a/x") && cut.ends_with("x/compile.sh"),
+            "{cut}"
+        );
     }
 
     #[test]

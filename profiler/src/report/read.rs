@@ -167,6 +167,11 @@ pub fn expand(args: &[String]) -> Result<Vec<Input>> {
             continue;
         }
         let p = Path::new(a);
+        if a.starts_with("--") && !p.exists() {
+            bail!(
+                "{a} was read as an input file: options go before --compare (after its `--`, every word is an input)"
+            );
+        }
         if p.is_dir() {
             let mut files: Vec<PathBuf> = fs::read_dir(p)
                 .with_context(|| format!("cannot read the directory {a}"))?
@@ -280,6 +285,7 @@ mod tests {
         fs::create_dir_all(dir.join("empty")).unwrap();
         assert!(err(&[d("empty")]).ends_with("holds no .jsonl or .json files"));
         assert_eq!(err(&["-".into(), "-".into()]), "stdin (`-`) is named twice");
+        assert!(err(&["--fail-on".into()]).contains("options go before --compare"));
         fs::remove_dir_all(&dir).unwrap();
     }
 }
