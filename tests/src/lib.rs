@@ -18,6 +18,7 @@ pub use serde_json::Value;
 mod attached;
 pub mod backends;
 pub mod browser;
+pub mod fleet;
 mod netns;
 pub mod runtimes;
 

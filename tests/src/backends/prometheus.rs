@@ -5,7 +5,7 @@ use std::{
     fs,
     io::{Read, Write as _},
     net::TcpStream,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex,
@@ -60,8 +60,9 @@ fn sample_value(v: &Value) -> f64 {
         .unwrap_or_else(|e| panic!("sample value {s:?}: {e}"))
 }
 
-/// Prometheus (Debian's) scraping one target, with its own config and TSDB in a fresh temp
-/// directory, on a free loopback port. Killed and removed on drop.
+/// Prometheus (Debian's) scraping one target or several, optionally evaluating rule files,
+/// with its own config and TSDB in a fresh temp directory, on a free loopback port. Killed and
+/// removed on drop.
 pub struct Prometheus {
     child: Child,
     port: u16,
@@ -73,6 +74,18 @@ impl Prometheus {
     /// Scrape `target` ("127.0.0.1:PORT", path /metrics; job "profiler") every
     /// `scrape_interval`; returns once it is ready to answer queries.
     pub fn start(target: &str, scrape_interval: Duration) -> Prometheus {
+        Self::start_with(&[target], scrape_interval, &[])
+    }
+
+    /// Scrape every one of `targets` (each its own `instance`, all of job "profiler") every
+    /// `scrape_interval`, and evaluate the rules of `rule_files` (recording and alerting) as
+    /// often; returns once it is ready to answer queries. A rule file Prometheus cannot load
+    /// fails the start, with its log.
+    pub fn start_with(
+        targets: &[&str],
+        scrape_interval: Duration,
+        rule_files: &[&Path],
+    ) -> Prometheus {
         static N: AtomicUsize = AtomicUsize::new(0);
         let bin = prometheus_bin();
         let dir = std::env::temp_dir().join(format!(
@@ -85,12 +98,26 @@ impl Prometheus {
         let every = scrape_interval.as_millis().max(1);
         // The scrape timeout may not exceed the interval.
         let timeout = every.min(10_000);
-        let config = format!(
+        let targets = targets
+            .iter()
+            .map(|t| format!("'{t}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut config = format!(
             "global:\n  scrape_interval: {every}ms\n  evaluation_interval: {every}ms\n\
              scrape_configs:\n  - job_name: profiler\n    scrape_interval: {every}ms\n    \
              scrape_timeout: {timeout}ms\n    metrics_path: /metrics\n    static_configs:\n      \
-             - targets: ['{target}']\n"
+             - targets: [{targets}]\n"
         );
+        if !rule_files.is_empty() {
+            config.push_str("rule_files:\n");
+            for f in rule_files {
+                let f = f
+                    .canonicalize()
+                    .unwrap_or_else(|e| panic!("rule file {}: {e}", f.display()));
+                config.push_str(&format!("  - '{}'\n", f.display()));
+            }
+        }
         fs::write(dir.join("prometheus.yml"), config).unwrap();
         let [port] = free_ports();
         let mut child = Command::new(&bin)
@@ -182,6 +209,32 @@ impl Prometheus {
             Some("scalar") => vec![(BTreeMap::new(), sample_value(&data["result"][1]))],
             _ => panic!("prometheus query {promql:?}: not an instant vector or scalar: {body}"),
         }
+    }
+
+    /// GET an API path (with its query) and return the answer's `data`; panics unless the
+    /// status is "success".
+    pub fn api(&self, path: &str) -> Value {
+        let (status, body) =
+            http_get(&self.addr(), path).unwrap_or_else(|e| panic!("prometheus GET {path}: {e}"));
+        let v: Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("prometheus GET {path}: {status} {body:?}: {e}"));
+        assert_eq!(
+            v["status"], "success",
+            "prometheus GET {path}: {status} {body}"
+        );
+        v["data"].clone()
+    }
+
+    /// The loaded rules (`/api/v1/rules`): every rule of every group, each with its `health`
+    /// ("ok", "err", "unknown" before its first evaluation) and `lastError`.
+    pub fn rules(&self) -> Vec<Value> {
+        let data = self.api("/api/v1/rules");
+        data["groups"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no rule groups: {data}"))
+            .iter()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect()
     }
 
     /// Poll [`Self::query`] until it returns samples; panics after `timeout` with the scrape
@@ -291,5 +344,43 @@ mod tests {
         assert!(prom.query("nothing_here").is_empty());
         drop(prom);
         assert!(!dir.exists());
+    }
+
+    /// Needs Prometheus (PROMETHEUS_BIN): two targets, each its own instance, and a rule file
+    /// whose recording rule sums them and whose alert fires.
+    #[test]
+    fn prometheus_scrapes_several_targets_and_evaluates_rules() {
+        let a = static_metrics("# TYPE test_bytes_total counter\ntest_bytes_total 3\n");
+        let b = static_metrics("# TYPE test_bytes_total counter\ntest_bytes_total 4\n");
+        let rules = std::env::temp_dir().join(format!("profiler-rules-{}.yml", std::process::id()));
+        fs::write(
+            &rules,
+            "groups:\n  - name: t\n    rules:\n      - record: job:test_bytes:sum\n        \
+             expr: sum by (job) (test_bytes_total)\n      - alert: TestBytesHigh\n        \
+             expr: job:test_bytes:sum > 5\n",
+        )
+        .unwrap();
+        let prom = Prometheus::start_with(&[&a, &b], Duration::from_millis(200), &[&rules]);
+        let _ = fs::remove_file(&rules);
+        let got = prom.wait_for("count(test_bytes_total) == 2", secs(30));
+        assert_eq!(got[0].1, 2.0);
+        let instances: Vec<String> = prom
+            .query("test_bytes_total")
+            .into_iter()
+            .map(|(l, _)| l["instance"].clone())
+            .collect();
+        assert!(
+            instances.contains(&a) && instances.contains(&b),
+            "{instances:?}"
+        );
+        let sum = prom.wait_for("job:test_bytes:sum == 7", secs(30));
+        assert_eq!(sum[0].0["job"], "profiler");
+        prom.wait_for(
+            "ALERTS{alertname=\"TestBytesHigh\",alertstate=\"firing\"}",
+            secs(30),
+        );
+        let rules = prom.rules();
+        assert_eq!(rules.len(), 2, "{rules:?}");
+        assert!(rules.iter().all(|r| r["health"] == "ok"), "{rules:?}");
     }
 }
