@@ -92,6 +92,8 @@ fn tarball_holds_a_static_binary_that_names_its_version_and_commit() {
             "/man/profiler-run.1.gz",
             "/man/profiler-report.1.gz",
             "/man/profiler-check.1.gz",
+            "/prometheus/profiler-rules.yml",
+            "/grafana/profiler-dashboard.json",
         ] {
             assert!(files.iter().any(|f| f == want), "{want} not in {files:?}");
         }
@@ -164,6 +166,8 @@ fn deb_installs_with_man_pages_completions_and_a_verified_unit_and_removes_clean
         "/usr/share/zsh/vendor-completions/_profiler",
         "/usr/share/fish/vendor_completions.d/profiler.fish",
         "/etc/profiler/profiler.toml",
+        "/usr/share/profiler/prometheus/profiler-rules.yml",
+        "/usr/share/profiler/grafana/profiler-dashboard.json",
     ] {
         assert!(files.iter().any(|f| f == want), "{want} not in {files:?}");
     }

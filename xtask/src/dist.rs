@@ -60,6 +60,17 @@ pub fn dist() -> Result<PathBuf> {
         root().join("deploy/systemd/profiler.service"),
         stage.join("profiler.service"),
     )?;
+    // The fleet's Prometheus rules and Grafana dashboard (docs/fleet.md).
+    for (dir, f) in [
+        ("prometheus", "profiler-rules.yml"),
+        ("grafana", "profiler-dashboard.json"),
+    ] {
+        fs::create_dir_all(stage.join(dir))?;
+        fs::copy(
+            root().join("deploy").join(dir).join(f),
+            stage.join(dir).join(f),
+        )?;
+    }
     // Generated from the clap definitions by the binary itself.
     run(Command::new(&bin).arg("manpages").arg(stage.join("man")))?;
     run(Command::new("gzip")
