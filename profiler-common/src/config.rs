@@ -1,5 +1,10 @@
 //! Load-time settings of the programs.
 
+/// How many rules may pick execs by name ([`Config::named_parent_id`]).
+pub const NAMED_RULES: usize = 4;
+/// The longest path prefix a rule compares (the path from the cgroup root, with its `/`).
+pub const NAMED_PREFIX: usize = 48;
+
 /// Load-time settings of the programs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,4 +26,11 @@ pub struct Config {
     /// Slots of the `EXECS` and `CGROUPS` tables.
     pub exec_slots: u32,
     pub cgroup_slots: u32,
+    /// Execs picked by name among cgroups that are not watched (buildah's RUN steps, made at
+    /// the root beside everything else): a cgroup made directly in `named_parent_id[i]`
+    /// (0: no rule) whose path from the root begins with the first `named_prefix_len[i]`
+    /// bytes of `named_prefix[i]` is an exec at depth 1; its siblings stay unwatched.
+    pub named_parent_id: [u64; NAMED_RULES],
+    pub named_prefix_len: [u32; NAMED_RULES],
+    pub named_prefix: [[u8; NAMED_PREFIX]; NAMED_RULES],
 }

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     CgroupEntry, CgroupEvent, DropReason, EV_CGROUP_CREATED, EV_CGROUP_REMOVED, EV_EXEC_CREATED,
-    NO_SLOT, TASK_COUNTERS, TaskBaseline,
+    NAMED_PREFIX, NAMED_RULES, NO_SLOT, TASK_COUNTERS, TaskBaseline,
 };
 
 use crate::{
@@ -38,13 +38,20 @@ pub(crate) fn try_cgroup_mkdir(cgrp: *const u8, path: *const u8) -> Option<()> {
         return None;
     }
     let id = cgroup_id(cgrp);
-    let parent = entry_of(cgroup_id(cgroup_parent(cgrp)))?;
-    let depth = parent.depth + 1;
-    let exec_depth = global(&CONFIG.exec_depth);
-    let exec_id = if depth <= exec_depth {
-        id
-    } else {
-        parent.exec_id
+    let parent_id = cgroup_id(cgroup_parent(cgrp));
+    let (depth, exec_id, parent_slot) = match entry_of(parent_id) {
+        Some(parent) => {
+            let depth = parent.depth + 1;
+            let exec_id = if depth <= global(&CONFIG.exec_depth) {
+                id
+            } else {
+                parent.exec_id
+            };
+            (depth, exec_id, parent.slot)
+        }
+        // Outside the watched cgroups: an exec only if a rule picks it by name.
+        None if named_exec(parent_id, path) => (1, id, NO_SLOT),
+        None => return None,
     };
     let slot = if exec_id == id {
         let slot = exec_slot(id);
@@ -54,7 +61,7 @@ pub(crate) fn try_cgroup_mkdir(cgrp: *const u8, path: *const u8) -> Option<()> {
         }
         slot
     } else {
-        parent.slot
+        parent_slot
     };
     let entry = CgroupEntry {
         exec_id,
@@ -72,6 +79,42 @@ pub(crate) fn try_cgroup_mkdir(cgrp: *const u8, path: *const u8) -> Option<()> {
     };
     emit_cgroup_event(kind, id, &entry, path);
     Some(())
+}
+
+/// Whether a rule of `CONFIG.named_*` picks the cgroup made in `parent_id` at `path` (its
+/// path from the root). Runs at cgroup creation only; without rules the verifier drops it.
+#[inline(always)]
+fn named_exec(parent_id: u64, path: *const u8) -> bool {
+    if path.is_null() {
+        return false;
+    }
+    let mut name = [0u8; NAMED_PREFIX];
+    let mut read = false;
+    for r in 0..NAMED_RULES {
+        let want = global(&CONFIG.named_parent_id[r]);
+        if want == 0 || want != parent_id {
+            continue;
+        }
+        if !read {
+            // SAFETY: the tracepoint's path argument, a kernel string.
+            if unsafe { bpf_probe_read_kernel_str_bytes(path, &mut name) }.is_err() {
+                return false;
+            }
+            read = true;
+        }
+        let len = (global(&CONFIG.named_prefix_len[r]) as usize).min(NAMED_PREFIX);
+        let mut same = true;
+        for (i, c) in name.iter().enumerate() {
+            if i < len && *c != global(&CONFIG.named_prefix[r][i]) {
+                same = false;
+                break;
+            }
+        }
+        if same {
+            return true;
+        }
+    }
+    false
 }
 
 #[inline(always)]

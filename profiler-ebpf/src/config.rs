@@ -3,7 +3,7 @@
 
 use core::ptr::read_volatile;
 
-use profiler_common::{Config, FinalOffsets, KernelOffsets, NetOffsets};
+use profiler_common::{Config, FinalOffsets, KernelOffsets, NAMED_PREFIX, NAMED_RULES, NetOffsets};
 
 // Load-time globals (set by userspace; read-only, so the verifier prunes unused branches).
 
@@ -19,6 +19,9 @@ pub(crate) static CONFIG: Config = Config {
     host_netns_inum: 0,
     exec_slots: 8192,
     cgroup_slots: 32768,
+    named_parent_id: [0; NAMED_RULES],
+    named_prefix_len: [0; NAMED_RULES],
+    named_prefix: [[0; NAMED_PREFIX]; NAMED_RULES],
 };
 
 #[unsafe(no_mangle)]

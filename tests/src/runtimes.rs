@@ -375,6 +375,8 @@ impl Drop for Dockerd {
 pub struct Podman {
     pub root: PathBuf,
     run: PathBuf,
+    /// The OCI runtime podman runs containers with (runc, unless the test says crun).
+    pub oci: &'static str,
     _cgroups: RuntimeCgroups,
 }
 
@@ -391,8 +393,23 @@ impl Podman {
         Self {
             root,
             run,
+            oci: "runc",
             _cgroups: cgroups,
         }
+    }
+
+    /// buildah on the same storage (it sees podman's images), cgroupfs manager.
+    pub fn buildah(&self) -> Command {
+        // buildah makes each step's bundle in $TMPDIR.
+        let _ = fs::create_dir_all(self.run.join("tmp"));
+        let mut c = Command::new("buildah");
+        c.arg("--root")
+            .arg(&self.root)
+            .arg("--runroot")
+            .arg(&self.run)
+            .args(["--storage-driver", "overlay"])
+            .env("TMPDIR", self.run.join("tmp"));
+        c
     }
 
     pub fn cmd(&self) -> Command {
@@ -411,7 +428,7 @@ impl Podman {
                 "--storage-driver",
                 "overlay",
                 "--runtime",
-                "runc",
+                self.oci,
             ]);
         c
     }
@@ -424,6 +441,7 @@ impl Podman {
 impl Drop for Podman {
     fn drop(&mut self) {
         let _ = self.cmd().args(["rm", "-a", "-f"]).output();
+        let _ = self.buildah().args(["rm", "--all"]).output();
         unmount_and_remove(&self.run);
         unmount_and_remove(&self.root);
     }
@@ -584,4 +602,42 @@ impl Drop for Removed {
             crate::remove_tree(&self.0);
         }
     }
+}
+
+/// On-CPU of an exec against the kernel's cgroup accounting of it. From below, the CPU time
+/// its cgroup showed at the workload's end (`truth_ns`, read in the step: the tail and exit
+/// come after), less 2% and 2 ms: the runtime's init process joins the cgroup already running
+/// and is counted from the move, while the cgroup may be charged the slice it ran just before
+/// (docs/figures.md, "Which exec is charged"); under emulation that slice is longer in the
+/// guest's clock (a vCPU waits its turn while its task's runtime accrues): the 2 ms stretch
+/// with the tests' time scale (in the 6.1 guest, 26 ms once). From above, the cgroup's whole
+/// usage at its removal (cpu.stat, read by the kernel program then), plus 2% and 200 us of
+/// rounding: relative, so that a step of 2 ms cannot be counted twice.
+pub fn check_cpu(what: &str, rec: &Value, truth_ns: u64) {
+    use crate::{report, stretched_ns, u};
+    let oncpu = u(&rec["cpu"]["on_cpu_ns"]) as f64;
+    let truth = truth_ns as f64;
+    report(&format!("{what} on-CPU vs its cgroup"), oncpu, truth);
+    let slice = stretched_ns(2_000_000) as f64;
+    let whole = u(&rec["cgroup"]["cpu_usage_usec"]["value"]) as f64 * 1000.0;
+    assert_eq!(
+        rec["cgroup"]["cpu_usage_usec"]["when"], "final",
+        "{what}: {rec}"
+    );
+    assert!(
+        oncpu >= truth * 0.98 - slice && oncpu <= whole * 1.02 + 200e3,
+        "{what}: on-CPU {oncpu} ns vs its cgroup's {truth_ns} ns at the workload's end and \
+         {whole} ns at its removal: {rec}"
+    );
+}
+
+/// Written bytes of a direct-IO workload: the size written, plus at most 1% (metadata).
+pub fn check_written(what: &str, rec: &Value, n: u64) {
+    use crate::{rel_err, report, u};
+    let w = u(&rec["disk"]["write_bytes"]);
+    report(&format!("{what} disk write bytes"), w as f64, n as f64);
+    assert!(
+        w >= n && rel_err(w as f64, n as f64) <= 0.01,
+        "{what}: wrote {w} B for {n} B: {rec}"
+    );
 }

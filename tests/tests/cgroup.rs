@@ -390,3 +390,80 @@ fn an_oom_killed_step_names_its_victim() {
     let (code, _, _) = p.stop();
     assert_eq!(code, 0);
 }
+
+/// Removes a cgroup at the root on drop (also when the test fails first).
+struct RootCgroup(std::path::PathBuf);
+
+impl Drop for RootCgroup {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            remove_tree(&self.0);
+        }
+    }
+}
+
+/// Test 6: execs picked by name at the cgroup root (`--runtime buildah`: its RUN steps are
+/// `/buildah-buildah<N>`, beside everything else): one there before the attach and one made
+/// after are execs with exact figures (a 2 MiB direct write), a cgroup beside them is not
+/// watched, and the root is no exec. No buildah needed: the kernel programs pick the names.
+#[test]
+fn execs_picked_by_name_at_the_root_are_exact_and_their_siblings_unwatched() {
+    require_root();
+    let pid = std::process::id();
+    let root = v2_mount();
+    let step = |n: u32| RootCgroup(root.join(format!("buildah-buildah{pid}{n}")));
+    let (before, after) = (step(1), step(2));
+    fs::create_dir(&before.0).unwrap();
+    let mut sleeper = spawn_in(&before.0, &["sleep", "30"]);
+    // buildah's storage, as --runtime buildah checks it (an empty one will do).
+    let storage = scratch_dir("named-storage");
+    let p = Attached::start_with(
+        &[
+            "--runtime".into(),
+            "buildah".into(),
+            "--runtime-root".into(),
+            storage.display().to_string(),
+        ],
+        &[],
+    );
+    let beside = TestCgroup::new("named-beside");
+    let scratch = scratch_dir("named");
+    direct_write_in(&beside.child("x"), &scratch.join("beside"), "64k", 16);
+    fs::create_dir(&after.0).unwrap();
+    direct_write_in(&after.0, &scratch.join("after"), "64k", 32);
+    let id = cgroup_id(&after.0);
+    rmdir(&after.0);
+    let rec = p.wait_ended(id, secs(30));
+    assert_eq!(
+        rec["exec"],
+        format!("buildah-buildah{pid}2"),
+        "its path from the root: {rec}"
+    );
+    assert_eq!(u(&rec["disk"]["write_bytes"]), 2 << 20, "{rec}");
+    assert_eq!(
+        rec["command"],
+        format!(
+            "dd if=/dev/zero of={} bs=64k count=32 oflag=direct status=none",
+            scratch.join("after").display()
+        )
+    );
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let id = cgroup_id(&before.0);
+    rmdir(&before.0);
+    let rec = p.wait_ended(id, secs(30));
+    assert_eq!(rec["partial"], true, "there before the attach: {rec}");
+    let (code, all, _) = p.stop();
+    assert_eq!(code, 0);
+    let execs: Vec<&str> = all.iter().filter_map(|r| r["exec"].as_str()).collect();
+    assert!(
+        execs.iter().all(|e| e.starts_with("buildah-buildah")),
+        "only the named execs, not the root or the cgroup beside: {execs:?}"
+    );
+    eprintln!(
+        "MEASURED named execs: {} records, all buildah-buildah*, 2097152 B written exactly",
+        all.len()
+    );
+    let _ = fs::remove_dir_all(&scratch);
+    let _ = fs::remove_dir_all(&storage);
+}

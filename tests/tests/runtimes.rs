@@ -13,33 +13,6 @@ use profiler_tests::{runtimes::*, *};
 
 const MIB: u64 = 1 << 20;
 
-/// On-CPU of an exec against the kernel's cgroup accounting of it. From below, the CPU time
-/// its cgroup showed at the workload's end (`truth_ns`, read in the step: the tail and exit
-/// come after), less 2% and 2 ms: the runtime's init process joins the cgroup already running
-/// and is counted from the move, while the cgroup may be charged the slice it ran just before
-/// (docs/figures.md, "Which exec is charged"); under emulation that slice is longer in the
-/// guest's clock (a vCPU waits its turn while its task's runtime accrues): the 2 ms stretch
-/// with the tests' time scale (in the 6.1 guest, 26 ms once). From above, the cgroup's whole
-/// usage at its removal (cpu.stat, read by the kernel program then), plus 2% and 200 us of
-/// rounding: relative, so that a step of 2 ms cannot be counted twice.
-fn check_cpu(what: &str, rec: &Value, truth_ns: u64) {
-    let oncpu = u(&rec["cpu"]["on_cpu_ns"]) as f64;
-    let truth = truth_ns as f64;
-    report(&format!("{what} on-CPU vs its cgroup"), oncpu, truth);
-    let slice = stretched_ns(2_000_000) as f64;
-    let whole = u(&rec["cgroup"]["cpu_usage_usec"]["value"]) as f64 * 1000.0;
-    assert_eq!(
-        rec["cgroup"]["cpu_usage_usec"]["when"], "final",
-        "{what}: {rec}"
-    );
-    assert!(
-        oncpu >= truth * 0.98 - slice && oncpu <= whole * 1.02 + 200e3,
-        "{what}: on-CPU {oncpu} ns vs its cgroup's {truth_ns} ns at the workload's end and \
-         {whole} ns at its removal: {rec}"
-    );
-}
-
-/// Written bytes of a direct-IO workload: the size written, plus at most 1% (metadata).
 /// A container's phases: the runtime's setup, the command's run, the teardown, which sum to
 /// its wall time; the command ran at least `min_run_ns` (what it spun for, by its own clock).
 /// (The main process's CPU time is no bound: before its execve it was the runtime's init.)
@@ -54,15 +27,6 @@ fn check_phases(what: &str, rec: &Value, min_run_ns: u64) {
     assert_eq!(setup + run + teardown, u(&rec["wall_ns"]), "{what}: {rec}");
     assert!(setup > 0 && run > 0 && run >= min_run_ns, "{what}: {ph}");
     eprintln!("MEASURED {what} phases: setup {setup} ns, run {run} ns, teardown {teardown} ns");
-}
-
-fn check_written(what: &str, rec: &Value, n: u64) {
-    let w = u(&rec["disk"]["write_bytes"]);
-    report(&format!("{what} disk write bytes"), w as f64, n as f64);
-    assert!(
-        w >= n && rel_err(w as f64, n as f64) <= 0.01,
-        "{what}: wrote {w} B for {n} B: {rec}"
-    );
 }
 
 /// A container workload: spin, write 16 MiB with O_DIRECT, print the cgroup's CPU time.

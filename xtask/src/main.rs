@@ -363,7 +363,7 @@ fn stop_service(name: &str, pidfile: &str) -> Result<()> {
 }
 
 /// The container runtimes of the runtime tests, from Debian: dockerd (with BuildKit and
-/// containerd), runc, podman, and busybox-static for the images' root filesystem. The tests
+/// containerd), runc, podman, buildah, crun, and busybox-static for the images' root filesystem. The tests
 /// start their own daemons.
 fn ensure_runtimes() -> Result<()> {
     let fresh = !Path::new("/usr/sbin/dockerd").exists();
@@ -372,6 +372,8 @@ fn ensure_runtimes() -> Result<()> {
         ("containerd", "containerd"),
         ("runc", "runc"),
         ("podman", "podman"),
+        ("buildah", "buildah"),
+        ("crun", "crun"),
         ("busybox-static", "busybox"),
     ])?;
     if fresh {

@@ -175,6 +175,8 @@ pub enum Runtime {
     Podman,
     /// Containers of containerd (ctr, nerdctl).
     Containerd,
+    /// The RUN steps of `buildah bud` and `podman build` (`--runtime podman` includes them).
+    Buildah,
 }
 
 impl RuntimeArgs {
@@ -187,6 +189,7 @@ impl RuntimeArgs {
                 Runtime::Buildkit => K::Buildkit,
                 Runtime::Podman => K::Podman,
                 Runtime::Containerd => K::Containerd,
+                Runtime::Buildah => K::Buildah,
             }),
             endpoint: self.runtime_endpoint.clone(),
             root: self.runtime_root.clone(),

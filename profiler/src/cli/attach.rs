@@ -18,7 +18,7 @@ use super::{
 use crate::{
     cgroup::Hierarchy,
     ci::CiEnv,
-    monitor::Monitor,
+    monitor::{Monitor, NamedExecs},
     render::live_table,
     runtime::{Connected, Resolver},
 };
@@ -29,6 +29,8 @@ struct Watched {
     dir: PathBuf,
     nests: Vec<PathBuf>,
     only_nests: bool,
+    /// Execs picked by name beside (buildah's RUN steps at the root).
+    named: Vec<NamedExecs>,
 }
 
 /// --cgroup; else the named runtime's cgroup parent; else the parents of every runtime found
@@ -57,10 +59,21 @@ fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<
             dir: h.resolve(p)?,
             nests: Vec::new(),
             only_nests: false,
+            named: Vec::new(),
         });
     }
     if args.runtime.settings().runtime.is_some() {
         let c = &connected[0];
+        if !c.watch_parent {
+            // Execs by name alone: nothing else is watched.
+            log::info!("runtime {}", c.describe);
+            return Ok(Watched {
+                dir: h.mount.clone(),
+                nests: Vec::new(),
+                only_nests: true,
+                named: c.named.clone(),
+            });
+        }
         let dir = parent(c)?;
         // Said once the parent is known: an error is then the only line.
         log::info!("runtime {}", c.describe);
@@ -68,11 +81,13 @@ fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<
             nests: nests(h, &dir, c)?,
             dir,
             only_nests: false,
+            named: c.named.clone(),
         });
     }
     // Neither: each runtime that runs here. A systemd driver's parent is a slice of the host's
     // services too, not only containers: that runtime is left to --runtime.
     let mut all = Vec::new();
+    let mut named: Vec<NamedExecs> = Vec::new();
     for c in connected {
         if c.systemd {
             log::info!(
@@ -87,6 +102,13 @@ fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<
         log::info!("runtime {} (watching {})", c.describe, dir.display());
         all.extend(nests(h, &dir, c)?);
         all.push(dir);
+        named.extend(
+            c.named
+                .iter()
+                .filter(|n| !named.contains(n))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
     }
     if all.is_empty() {
         bail!(
@@ -98,6 +120,7 @@ fn watched(h: &Hierarchy, args: &AttachArgs, connected: &[Connected]) -> Result<
         dir: h.mount.clone(),
         nests: all,
         only_nests: true,
+        named,
     })
 }
 
@@ -129,14 +152,20 @@ pub(crate) async fn attach(args: AttachArgs) -> Result<i32> {
     let exporters = start_exporters(&args.common)?;
     let ci_env = CiEnv::new(&args.common.ci_env).map_err(anyhow::Error::msg)?;
     let mut opts = options(&args.common, &ci_env, dir.clone(), args.exec_depth);
-    let shown = if w.only_nests {
-        let v: Vec<String> = w.nests.iter().map(|n| n.display().to_string()).collect();
-        v.join(", ")
+    let mut shown: Vec<String> = if w.only_nests {
+        w.nests.iter().map(|n| n.display().to_string()).collect()
     } else {
-        dir.display().to_string()
+        vec![dir.display().to_string()]
     };
+    shown.extend(
+        w.named
+            .iter()
+            .map(|n| format!("{}*", n.parent.join(&n.prefix).display())),
+    );
+    let shown = shown.join(", ");
     opts.nests = w.nests;
     opts.only_nests = w.only_nests;
+    opts.named = w.named;
     let mut mon = Monitor::start(opts, Some(resolver))?;
     log::info!(
         "attached to {shown} (exec depth {}, {} exec(s) present)",

@@ -160,6 +160,7 @@ pub(crate) fn options(
         ci_env: ci_env.clone(),
         nests: Vec::new(),
         only_nests: false,
+        named: Vec::new(),
     }
 }
 

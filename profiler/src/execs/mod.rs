@@ -99,11 +99,14 @@ impl Execs {
         }
     }
 
-    /// Kernel path ("/base/x/y") to a path relative to the attached cgroup ("x/y").
+    /// Kernel path ("/base/x/y") to a path relative to the attached cgroup ("x/y"); an exec
+    /// outside it (picked by name, as buildah's steps at the root) keeps its path from the
+    /// root ("/buildah-buildah1").
     pub fn relative(&self, kernel_path: &str) -> String {
-        let rest = kernel_path
-            .strip_prefix(&self.base_path)
-            .unwrap_or(kernel_path);
+        let rest = match kernel_path.strip_prefix(&self.base_path) {
+            Some(r) if r.is_empty() || r.starts_with('/') || self.base_path.is_empty() => r,
+            _ => return kernel_path.to_owned(),
+        };
         let rest = rest.trim_start_matches('/');
         if rest.is_empty() {
             ".".into()
@@ -112,10 +115,12 @@ impl Execs {
         }
     }
 
-    /// Path relative to the attached cgroup back to the kernel's ("x" -> "/base/x").
+    /// Path relative to the attached cgroup back to the kernel's ("x" -> "/base/x"; a path
+    /// from the root stays).
     pub fn kernel_path(&self, relative: &str) -> String {
         match relative {
             "." => self.base_path.clone(),
+            r if r.starts_with('/') => r.to_owned(),
             r => format!("{}/{r}", self.base_path),
         }
     }
@@ -428,6 +433,10 @@ pub(crate) mod tests {
         assert_eq!(root.relative("/"), ".");
         assert_eq!(e.kernel_path("step-1/x"), "/ci/job/step-1/x");
         assert_eq!(root.kernel_path("a"), "/a");
+        // Outside the attached cgroup (an exec picked by name): its path from the root.
+        assert_eq!(e.relative("/buildah-buildah1"), "/buildah-buildah1");
+        assert_eq!(e.relative("/ci/jobless"), "/ci/jobless");
+        assert_eq!(e.kernel_path("/buildah-buildah1"), "/buildah-buildah1");
     }
     #[test]
     fn exec_lifecycle_events() {

@@ -62,6 +62,17 @@ pub struct Options {
     /// Watch the nests alone, each an exec of its own with its children, not the attached
     /// cgroup (then the v2 root: `attach` with every runtime found).
     pub only_nests: bool,
+    /// Execs picked by name among cgroups not otherwise watched (buildah's RUN steps).
+    pub named: Vec<NamedExecs>,
+}
+
+/// Cgroups made in `parent` whose names begin with `prefix` are execs (their siblings are not
+/// watched): buildah puts each RUN step at the cgroup root, `buildah-buildah<N>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedExecs {
+    /// Absolute, on the v2 mount.
+    pub parent: PathBuf,
+    pub prefix: String,
 }
 
 pub struct Monitor {

@@ -8,9 +8,11 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use profiler_common::{Config, DROP_COUNTERS, TASK_LEADER, TaskBaseline};
+use profiler_common::{
+    Config, DROP_COUNTERS, NAMED_PREFIX, NAMED_RULES, TASK_LEADER, TaskBaseline,
+};
 
-use super::{Monitor, Options};
+use super::{Monitor, NamedExecs, Options};
 use crate::{
     cgroup::{self, Hierarchy},
     clock::monotonic_ns,
@@ -56,7 +58,7 @@ fn preflight(opts: &Options) -> Result<Preflight> {
          not charged to any exec)"
     };
     let base_id = cgroup::cgroup_id(&opts.cgroup)?;
-    let config = Config {
+    let mut config = Config {
         base_cgroup_id: base_id,
         exec_depth: opts.exec_depth,
         blkcg_attribution: blkcg as u32,
@@ -64,7 +66,11 @@ fn preflight(opts: &Options) -> Result<Preflight> {
         host_netns_inum: own_netns_inum()?,
         exec_slots: opts.limits.exec_slots(),
         cgroup_slots: opts.limits.cgroup_slots(),
+        named_parent_id: [0; NAMED_RULES],
+        named_prefix_len: [0; NAMED_RULES],
+        named_prefix: [[0; NAMED_PREFIX]; NAMED_RULES],
     };
+    set_named_rules(&mut config, &hierarchy, &opts.named)?;
     let mut notes: Vec<String> = layout
         .missing
         .iter()
@@ -166,6 +172,59 @@ impl Monitor {
     }
 }
 
+/// The kernel programs' rules for execs picked by name: each parent's id, and the path from
+/// the root that a name in it begins with ("/buildah-buildah").
+fn set_named_rules(config: &mut Config, h: &Hierarchy, named: &[NamedExecs]) -> Result<()> {
+    anyhow::ensure!(
+        named.len() <= NAMED_RULES,
+        "at most {NAMED_RULES} rules pick execs by name"
+    );
+    for (i, n) in named.iter().enumerate() {
+        let parent = h.kernel_path(&n.parent);
+        let prefix = format!("{}/{}", parent.trim_end_matches('/'), n.prefix);
+        anyhow::ensure!(
+            prefix.len() <= NAMED_PREFIX,
+            "the cgroup path prefix {prefix} is longer than {NAMED_PREFIX} bytes"
+        );
+        config.named_parent_id[i] = cgroup::cgroup_id(&n.parent)?;
+        config.named_prefix_len[i] = prefix.len() as u32;
+        config.named_prefix[i][..prefix.len()].copy_from_slice(prefix.as_bytes());
+    }
+    Ok(())
+}
+
+/// The execs picked by name that exist already: each at depth 1, its subtree rolled up.
+fn register_named(
+    probes: &mut Probes,
+    execs: &mut Execs,
+    h: &Hierarchy,
+    named: &NamedExecs,
+) -> Result<()> {
+    let Ok(dir) = fs::read_dir(&named.parent) else {
+        return Ok(());
+    };
+    let now = monotonic_ns();
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let path = e.path();
+        if !name.to_string_lossy().starts_with(&named.prefix) || !path.is_dir() {
+            continue;
+        }
+        let mut exec = None;
+        let walked = cgroup::walk(&path, &mut |f| {
+            let rel = f.path.strip_prefix(&path).unwrap_or(Path::new(""));
+            let depth = 1 + rel.components().count() as u32;
+            let exec_id = *exec.get_or_insert(f.id);
+            register(probes, execs, h, f, exec_id, depth, now)
+        });
+        // Removed meanwhile: nothing to register (its mkdir had not been seen either).
+        if walked.is_err() && path.exists() {
+            return walked;
+        }
+    }
+    Ok(())
+}
+
 /// Register the cgroups already in the subtree: execs down to exec depth, deeper ones rolled
 /// up. Each cgroup is registered before its children are listed, so that children created
 /// meanwhile are caught by the cgroup_mkdir program instead. With `only_nests`, the subtrees
@@ -176,6 +235,9 @@ fn register_existing(
     h: &Hierarchy,
     opts: &Options,
 ) -> Result<()> {
+    for n in &opts.named {
+        register_named(probes, execs, h, n)?;
+    }
     if !opts.only_nests {
         return register_tree(probes, execs, h, opts, &opts.cgroup);
     }
@@ -228,14 +290,27 @@ fn register_tree(
             *ids.get(&anc)
                 .context("ancestor of a cgroup vanished during the walk")?
         };
-        probes.tables.add_cgroup(f.id, exec_id, depth)?;
-        if exec_id == f.id {
-            execs.add_exec(f.id, &h.kernel_path(&f.path), now);
-        } else {
-            execs.add_rolled_up(f.id, exec_id);
-        }
-        Ok(())
+        register(probes, execs, h, f, exec_id, depth, now)
     })
+}
+
+/// One cgroup found at start: in the kernel's table, and an exec or rolled into one.
+fn register(
+    probes: &mut Probes,
+    execs: &mut Execs,
+    h: &Hierarchy,
+    f: &cgroup::Found,
+    exec_id: u64,
+    depth: u32,
+    now: u64,
+) -> Result<()> {
+    probes.tables.add_cgroup(f.id, exec_id, depth)?;
+    if exec_id == f.id {
+        execs.add_exec(f.id, &h.kernel_path(&f.path), now);
+    } else {
+        execs.add_rolled_up(f.id, exec_id);
+    }
+    Ok(())
 }
 
 /// Tasks already running in the subtree are counted from now on: record their counters as

@@ -11,6 +11,7 @@ use anyhow::{Result, bail};
 use super::{
     API_TIMEOUT, Connected, RuntimeKind, RuntimeSettings, Source, Sources, docker, podman,
 };
+use crate::monitor::NamedExecs;
 
 /// Connect to the named runtime: check it is there and running, find its cgroup parent.
 pub(super) fn connect(
@@ -46,11 +47,32 @@ pub(super) fn connect(
             let systemd = podman::cgroup_manager_is_systemd(systemd_host);
             let parent = default_parent(kind, systemd).unwrap_or_default().to_owned();
             let describe = format!(
-                "podman with storage at {} ({} cgroup manager)",
+                "podman with storage at {} ({} cgroup manager; its builds' RUN steps too)",
                 storage.root().display(),
                 if systemd { "systemd" } else { "cgroupfs" }
             );
-            (vec![Source::Podman(storage)], parent, systemd, describe)
+            (
+                vec![Source::Podman(storage), buildah_source()],
+                parent,
+                systemd,
+                describe,
+            )
+        }
+        RuntimeKind::Buildah => {
+            // buildah and podman share containers/storage; either builds.
+            let tool = if podman::which("buildah") || !podman::which("podman") {
+                "buildah"
+            } else {
+                "podman"
+            };
+            let storage = podman::Storage::find_for(tool, args.root.as_deref())?;
+            let systemd = podman::cgroup_manager_is_systemd(systemd_host);
+            let describe = format!(
+                "buildah's RUN steps ({tool} with storage at {}, {} cgroup manager)",
+                storage.root().display(),
+                if systemd { "systemd" } else { "cgroupfs" }
+            );
+            (vec![buildah_source()], String::new(), systemd, describe)
         }
         RuntimeKind::Containerd => {
             let socket = args
@@ -89,6 +111,11 @@ pub(super) fn connect(
             )
         }
     };
+    let named = if matches!(kind, RuntimeKind::Podman | RuntimeKind::Buildah) {
+        buildah_steps(mount, systemd)
+    } else {
+        Vec::new()
+    };
     Ok((
         Sources {
             list,
@@ -104,8 +131,36 @@ pub(super) fn connect(
             } else {
                 Vec::new()
             },
+            watch_parent: kind != RuntimeKind::Buildah,
+            named,
         },
     ))
+}
+
+/// Where buildah (and `podman build`) puts each RUN step: the OCI runtime's default for a
+/// container without a cgroup path, named after the container (`buildah-buildah<N>`): at the
+/// cgroup root with the cgroupfs manager, a `runc-`/`crun-` scope in system.slice with the
+/// systemd one (and at the root too, where buildah leaves the runtime on cgroupfs).
+pub(super) fn buildah_steps(mount: &Path, systemd: bool) -> Vec<NamedExecs> {
+    let rule = |parent: &Path, prefix: &str| NamedExecs {
+        parent: parent.to_owned(),
+        prefix: prefix.to_owned(),
+    };
+    let mut v = vec![rule(mount, "buildah-buildah")];
+    if systemd {
+        let slice = mount.join("system.slice");
+        v.push(rule(&slice, "runc-buildah-buildah"));
+        v.push(rule(&slice, "crun-buildah-buildah"));
+    }
+    v
+}
+
+/// buildah's steps, named through the state of runc and of crun.
+fn buildah_source() -> Source {
+    Source::Buildah {
+        runc: PathBuf::from("/run/runc"),
+        crun: PathBuf::from("/run/crun"),
+    }
 }
 
 /// Where a runtime puts its execs by default, relative to the v2 root, by cgroup driver
@@ -120,7 +175,7 @@ fn default_parent(kind: RuntimeKind, systemd: bool) -> Option<&'static str> {
         (RuntimeKind::Buildkit, false) => "docker/buildkit",
         (RuntimeKind::Podman, true) => "machine.slice",
         (RuntimeKind::Podman, false) => "libpod_parent",
-        (RuntimeKind::Containerd, _) => return None,
+        (RuntimeKind::Containerd | RuntimeKind::Buildah, _) => return None,
     })
 }
 
@@ -190,6 +245,7 @@ pub(super) fn detect() -> Sources {
     // runc makes its state root at its first container: look there whether it exists now
     // or not (a lookup of an exec that is not runc's is one failed open).
     list.push(Source::Runc(PathBuf::from("/run/runc")));
+    list.push(buildah_source());
     Sources { list, named: None }
 }
 

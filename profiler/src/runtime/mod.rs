@@ -10,7 +10,10 @@
 //! - podman: containers/storage's `containers.json` (name, image) and the container's
 //!   `userdata/config.json` (command);
 //! - containerd: the task bundle `<state>/io.containerd.runtime.v2.task/NS/ID/config.json`;
-//! - runc: its state `<root>/ID/state.json`, which names the bundle.
+//! - runc: its state `<root>/ID/state.json`, which names the bundle;
+//! - buildah (and `podman build`): each RUN step's bundle, `<tmp>/buildah<N>/config.json`,
+//!   named by the OCI runtime's state of `buildah-buildah<N>` (runc's `state.json`, crun's
+//!   `status`) while the step runs.
 //!
 //! A Kubernetes container's pod comes from the same metadata (see [`K8s`]): no kubelet or
 //! CRI API is asked.
@@ -36,6 +39,8 @@ pub enum RuntimeKind {
     Buildkit,
     Podman,
     Containerd,
+    /// buildah's RUN steps (`buildah bud`, `podman build`).
+    Buildah,
 }
 
 impl RuntimeKind {
@@ -45,6 +50,7 @@ impl RuntimeKind {
             Self::Buildkit => "buildkit",
             Self::Podman => "podman",
             Self::Containerd => "containerd",
+            Self::Buildah => "buildah",
         }
     }
 }
@@ -182,12 +188,21 @@ enum Candidate<'a> {
     Podman { id: &'a str, conmon: bool },
     /// `cri-containerd-ID.scope`, `nerdctl-ID.scope`.
     Containerd(&'a str),
+    /// A buildah RUN step: `buildah-buildah<N>` (as a scope: `runc-` or `crun-` before it).
+    BuildahStep(&'a str),
     /// Any other name: a containerd or runc container id, or no container at all.
     Plain(&'a str),
 }
 
 fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// buildah's container name for a RUN step: `buildah-` and its bundle's directory,
+/// `buildah<digits>`.
+fn is_buildah_step(s: &str) -> bool {
+    s.strip_prefix("buildah-buildah")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn is_buildkit_id(s: &str) -> bool {
@@ -210,6 +225,13 @@ fn candidate(path: &str) -> Option<Candidate<'_>> {
         if is_buildkit_id(id) {
             return Some(Candidate::BuildkitStep(id));
         }
+    }
+    let step = ["runc-", "crun-"]
+        .iter()
+        .find_map(|p| name.strip_prefix(p))
+        .unwrap_or(name);
+    if is_buildah_step(step) {
+        return Some(Candidate::BuildahStep(step));
     }
     if let Some(id) = name.strip_prefix("libpod-conmon-") {
         return Some(Candidate::Podman { id, conmon: true });
@@ -265,6 +287,11 @@ enum Source {
     },
     /// runc's state root (`runc --root`).
     Runc(PathBuf),
+    /// buildah's RUN steps, through the state roots of runc and crun.
+    Buildah {
+        runc: PathBuf,
+        crun: PathBuf,
+    },
 }
 
 impl Source {
@@ -322,6 +349,9 @@ impl Source {
                     }
                 }
                 None
+            }
+            (Source::Buildah { runc, crun }, C::BuildahStep(id)) => {
+                Some(oci::buildah_step(&[runc, crun], id))
             }
             (Source::Runc(root), C::Hex(id) | C::Plain(id)) => {
                 oci::runc_state(root, id, matches!(cand, C::Plain(_)).then_some(path))
@@ -390,6 +420,10 @@ pub struct Connected {
     /// Cgroups under the parent whose children are execs too (relative to the parent):
     /// dockerd's BuildKit puts its RUN steps in `buildkit/` beside its containers.
     pub nests: Vec<PathBuf>,
+    /// Whether its execs are the parent's children (all runtimes but buildah).
+    pub watch_parent: bool,
+    /// Execs picked by name outside the parent: buildah's RUN steps (podman's builds too).
+    pub named: Vec<crate::monitor::NamedExecs>,
 }
 
 /// Reads runtime metadata on its own thread.
@@ -585,6 +619,28 @@ mod tests {
         );
         assert_eq!(candidate("ci/step-1"), Some(Candidate::Plain("step-1")));
         assert_eq!(candidate("."), None);
+        // buildah's RUN steps: at the root (cgroupfs), or a runtime's scope (systemd).
+        let step = "buildah-buildah3580042906";
+        for path in [
+            format!("/{step}"),
+            step.to_owned(),
+            format!("system.slice/runc-{step}.scope"),
+            format!("system.slice/crun-{step}.scope"),
+        ] {
+            assert_eq!(
+                candidate(&path),
+                Some(Candidate::BuildahStep(step)),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            candidate("buildah-buildahx"),
+            Some(Candidate::Plain("buildah-buildahx"))
+        );
+        assert_eq!(
+            candidate("buildah-buildah"),
+            Some(Candidate::Plain("buildah-buildah"))
+        );
     }
 
     #[test]

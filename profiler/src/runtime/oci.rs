@@ -123,9 +123,127 @@ pub fn runc_state(
     }))
 }
 
+/// A buildah RUN step (`buildah-buildah<N>`, its container name and cgroup): its bundle is
+/// the directory `buildah<N>` that the OCI runtime's state names (runc's `state.json` label
+/// `bundle=`, crun's `status` key `bundle`), else that directory under $TMPDIR or /var/tmp,
+/// where buildah makes it. The name ties bundle and cgroup: a state naming another directory
+/// is not this step's.
+pub fn buildah_step(
+    state_roots: &[&std::path::PathBuf],
+    id: &str,
+) -> Result<ContainerInfo, String> {
+    let dir_name = id.strip_prefix("buildah-").unwrap_or(id);
+    let from_state = state_roots.iter().find_map(|root| {
+        let runc = fs::read(root.join(id).join("state.json"))
+            .ok()
+            .and_then(|t| {
+                let v: Value = serde_json::from_slice(&t).ok()?;
+                v["config"]["labels"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .find_map(|s| s.strip_prefix("bundle="))
+                    .map(str::to_owned)
+            });
+        runc.or_else(|| {
+            let t = fs::read(root.join(id).join("status")).ok()?;
+            let v: Value = serde_json::from_slice(&t).ok()?;
+            v["bundle"].as_str().map(str::to_owned)
+        })
+    });
+    let tmp = std::env::var_os("TMPDIR").map(std::path::PathBuf::from);
+    let dirs = from_state.map(std::path::PathBuf::from).into_iter().chain(
+        tmp.into_iter()
+            .chain([std::path::PathBuf::from("/var/tmp")])
+            .map(|t| t.join(dir_name)),
+    );
+    let mut last = None;
+    for dir in dirs {
+        if dir.file_name().and_then(|n| n.to_str()) != Some(dir_name) {
+            last = Some(format!(
+                "buildah: the runtime's state of {id} names bundle {}, not this step's",
+                dir.display()
+            ));
+            continue;
+        }
+        match Bundle::read(&dir) {
+            Ok(b) => {
+                return Ok(ContainerInfo {
+                    runtime: "buildah",
+                    id: id.to_owned(),
+                    name: None,
+                    image: None,
+                    command: b.command(),
+                    k8s: None,
+                });
+            }
+            Err(e) => last = last.or(Some(format!("{}: {e}", dir.display()))),
+        }
+    }
+    Err(format!(
+        "buildah: the bundle of step {id} could not be read (the step may have ended first): {}",
+        last.unwrap_or_else(|| "no runtime state names it".into())
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_buildah_step_is_named_from_the_bundle_its_runtime_state_names() {
+        let d = std::env::temp_dir().join(format!("profiler-buildah-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let (runc, crun) = (d.join("runc"), d.join("crun"));
+        let bundle = |n: &str, cmd: &str| {
+            let b = d.join("tmp").join(n);
+            fs::create_dir_all(&b).unwrap();
+            let spec = serde_json::json!({"process": {"args": ["/bin/sh", "-c", cmd]}});
+            fs::write(b.join("config.json"), spec.to_string()).unwrap();
+            b
+        };
+        let state = |root: &std::path::Path, id: &str, file: &str, v: Value| {
+            fs::create_dir_all(root.join(id)).unwrap();
+            fs::write(root.join(id).join(file), v.to_string()).unwrap();
+        };
+        // runc: the bundle is a label of its state.
+        let b1 = bundle("buildah11", "make");
+        let label = format!("bundle={}", b1.display());
+        state(
+            &runc,
+            "buildah-buildah11",
+            "state.json",
+            serde_json::json!({"config": {"labels": [label]}}),
+        );
+        // crun: a key of its status.
+        let b2 = bundle("buildah22", "make test");
+        state(
+            &crun,
+            "buildah-buildah22",
+            "status",
+            serde_json::json!({"bundle": b2}),
+        );
+        // A state naming another step's bundle is not believed.
+        state(
+            &runc,
+            "buildah-buildah33",
+            "state.json",
+            serde_json::json!({"config": {"labels": [format!("bundle={}", b1.display())]}}),
+        );
+        let roots = [&runc, &crun];
+        let c = buildah_step(&roots, "buildah-buildah11").unwrap();
+        assert_eq!(
+            (c.runtime, c.command.as_deref()),
+            ("buildah", Some("/bin/sh -c make"))
+        );
+        let c = buildah_step(&roots, "buildah-buildah22").unwrap();
+        assert_eq!(c.command.as_deref(), Some("/bin/sh -c make test"));
+        let e = buildah_step(&roots, "buildah-buildah33").unwrap_err();
+        assert!(e.contains("not this step's"), "{e}");
+        let e = buildah_step(&roots, "buildah-buildah44").unwrap_err();
+        assert!(e.contains("may have ended first"), "{e}");
+        fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn spec_gives_command_and_cri_annotations() {

@@ -52,6 +52,11 @@ fn storage_confs() -> Vec<PathBuf> {
 impl Storage {
     /// The storage podman uses as root: `root` if given, else storage.conf's graphroot.
     pub fn find(root: Option<&Path>) -> Result<Self> {
+        Self::find_for("podman", root)
+    }
+
+    /// The storage `tool` (podman, or buildah: they share containers/storage) uses.
+    pub fn find_for(tool: &str, root: Option<&Path>) -> Result<Self> {
         let confs = storage_confs();
         let driver = conf_key(&confs, "storage", "driver").unwrap_or_else(|| "overlay".into());
         let root = match root {
@@ -65,14 +70,14 @@ impl Storage {
         match fs::read_dir(&s.root) {
             Ok(_) => Ok(s),
             // podman makes its storage at its first container: a sidecar may start earlier.
-            Err(e) if e.kind() == io::ErrorKind::NotFound && which("podman") => Ok(s),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && which(tool) => Ok(s),
             Err(e) if e.kind() == io::ErrorKind::NotFound => bail!(
-                "podman is not installed here (no podman on PATH, no container storage at {}); \
-                 install podman, or pass its storage root with --runtime-root",
+                "{tool} is not installed here (no {tool} on PATH, no container storage at {}); \
+                 install {tool}, or pass its storage root with --runtime-root",
                 s.root.display()
             ),
             Err(e) => bail!(
-                "podman's container storage at {} cannot be read ({e}); run as root, or pass \
+                "{tool}'s container storage at {} cannot be read ({e}); run as root, or pass \
                  --runtime-root",
                 s.root.display()
             ),
@@ -150,7 +155,7 @@ pub fn cgroup_manager_is_systemd(systemd_host: bool) -> bool {
     }
 }
 
-fn which(cmd: &str) -> bool {
+pub(super) fn which(cmd: &str) -> bool {
     env::var_os("PATH")
         .map(|p| env::split_paths(&p).any(|d| d.join(cmd).is_file()))
         .unwrap_or(false)
