@@ -218,19 +218,15 @@ fn spawn_in_with(dir: &Path, argv: &[&str], stdout: Stdio) -> Child {
         .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
 }
 
-/// Run `argv` inside the cgroup `dir` to completion with exactly the environment `env`
-/// (nothing inherited); panics unless it succeeds.
-pub fn run_in_env(dir: &Path, argv: &[&str], env: &[(&str, &str)]) {
+/// `argv` as a command that moves itself into the cgroup `dir` before its execve, with an
+/// empty environment and no stdin: the caller adds what the workload needs.
+pub fn command_in(dir: &Path, argv: &[&str]) -> Command {
     let procs = fs::OpenOptions::new()
         .write(true)
         .open(dir.join("cgroup.procs"))
         .unwrap();
     let mut cmd = Command::new(argv[0]);
-    cmd.args(&argv[1..])
-        .env_clear()
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
+    cmd.args(&argv[1..]).env_clear().stdin(Stdio::null());
     // SAFETY: only a write(2) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -238,7 +234,15 @@ pub fn run_in_env(dir: &Path, argv: &[&str], env: &[(&str, &str)]) {
             f.write_all(b"0")
         });
     }
-    let st = cmd
+    cmd
+}
+
+/// Run `argv` inside the cgroup `dir` to completion with exactly the environment `env`
+/// (nothing inherited); panics unless it succeeds.
+pub fn run_in_env(dir: &Path, argv: &[&str], env: &[(&str, &str)]) {
+    let st = command_in(dir, argv)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
         .status()
         .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
     assert!(st.success(), "{argv:?} failed: {st}");

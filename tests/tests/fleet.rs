@@ -8,7 +8,7 @@ use std::{
     collections::BTreeSet,
     fs,
     io::Write as _,
-    os::unix::process::{CommandExt as _, ExitStatusExt as _},
+    os::unix::process::ExitStatusExt as _,
     path::{Path, PathBuf},
     process::{Command, ExitStatus, Stdio},
     time::Duration,
@@ -182,24 +182,9 @@ fn ci_env(task: &str) -> Vec<(String, String)> {
 /// Run `argv` inside the cgroup `dir` with exactly the environment `env`, to completion: its
 /// status and standard output.
 fn run_exec(dir: &Path, argv: &[&str], env: &[(String, String)]) -> (ExitStatus, String) {
-    let procs = fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("cgroup.procs"))
-        .unwrap();
-    let mut cmd = Command::new(argv[0]);
-    cmd.args(&argv[1..])
-        .env_clear()
+    let out = command_in(dir, argv)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped());
-    // SAFETY: only a write(2) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut f = &procs;
-            f.write_all(b"0")
-        });
-    }
-    let out = cmd
+        .stdout(Stdio::piped())
         .output()
         .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
     (

@@ -94,27 +94,13 @@ fn out_dir() -> PathBuf {
 /// Run `argv` in the exec `dir` with a clean environment (a CI runner's variables would
 /// make all four builds one CI run), named `argv0` where given; its exit code.
 fn run_step(dir: &Path, argv0: Option<&str>, argv: &[&str]) -> i32 {
-    let procs = fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("cgroup.procs"))
-        .unwrap();
-    let mut cmd = Command::new(argv[0]);
+    let mut cmd = command_in(dir, argv);
     if let Some(a) = argv0 {
         cmd.arg0(a);
     }
-    cmd.args(&argv[1..])
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    // SAFETY: only a write(2) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut f = &procs;
-            f.write_all(b"0")
-        });
-    }
     let st = cmd
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdout(Stdio::null())
         .status()
         .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
     st.code()
