@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{
-    compare::{StepDiff, Verdict},
+    compare::{FigureDiff, StepDiff, Verdict},
     steps::{FIGURES, Figure, Run, StepSummary, Steps},
 };
 use crate::render::{bytes, dur, printable, truncate};
@@ -13,6 +13,36 @@ use crate::render::{bytes, dur, printable, truncate};
 /// A figure's value for people.
 pub fn value(f: &Figure, v: u64) -> String {
     if f.bytes { bytes(v) } else { dur(v) }
+}
+
+/// A moved figure's words, as every rendering shows them.
+pub struct Moved {
+    pub label: &'static str,
+    pub base_median: String,
+    pub base_min: String,
+    pub base_max: String,
+    pub new_median: String,
+    /// "+27%", or "from 0".
+    pub change: String,
+}
+
+impl Moved {
+    pub fn of(f: &FigureDiff) -> Self {
+        let fig = FIGURES
+            .iter()
+            .find(|x| x.key == f.figure)
+            .expect("a figure of FIGURES");
+        Self {
+            label: fig.label,
+            base_median: value(fig, f.base.median),
+            base_min: value(fig, f.base.min),
+            base_max: value(fig, f.base.max),
+            new_median: value(fig, f.new.median),
+            change: f
+                .change_pct
+                .map_or("from 0".into(), |c| format!("{c:+.0}%")),
+        }
+    }
 }
 
 /// The inputs in one line: runs, hosts, files, execs, steps.
@@ -118,24 +148,20 @@ pub fn compare_text(base: &Steps, new: &Steps, diffs: &[StepDiff]) -> String {
                     d.base_execs, d.new_execs
                 );
                 for f in d.moved() {
-                    let fig = FIGURES
-                        .iter()
-                        .find(|x| x.key == f.figure)
-                        .expect("a figure");
+                    let m = Moved::of(f);
                     let _ = writeln!(
                         o,
                         "  {:<11} {:>8}  median {} -> {} ({}; BASE {}..{})",
-                        fig.label,
+                        m.label,
                         match f.verdict {
                             Verdict::Heavier => "HEAVIER",
                             _ => "lighter",
                         },
-                        value(fig, f.base.median),
-                        value(fig, f.new.median),
-                        f.change_pct
-                            .map_or("from 0".into(), |c| format!("{c:+.0}%")),
-                        value(fig, f.base.min),
-                        value(fig, f.base.max),
+                        m.base_median,
+                        m.new_median,
+                        m.change,
+                        m.base_min,
+                        m.base_max,
                     );
                 }
                 if d.newly_failing() {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::{
     compare::{StepDiff, Verdict},
-    many::{overview, value},
+    many::{Moved, overview, value},
     steps::{FIGURES, MISSING, StepSummary, Steps},
 };
 use crate::render::{dur, printable, truncate};
@@ -153,10 +153,7 @@ fn comparison(o: &mut String, base: &Steps, diffs: &[StepDiff]) {
         o.push_str("| step | figure | BASE median (range) | NEW median | change |\n|---|---|---:|---:|---:|\n");
         for d in &changed {
             for f in d.moved() {
-                let fig = FIGURES
-                    .iter()
-                    .find(|x| x.key == f.figure)
-                    .expect("a figure");
+                let m = Moved::of(f);
                 let mark = if f.verdict == Verdict::Heavier {
                     "🔺"
                 } else {
@@ -166,13 +163,12 @@ fn comparison(o: &mut String, base: &Steps, diffs: &[StepDiff]) {
                     o,
                     "| {} | {} | {} ({}–{}) | {} | {mark} {} |",
                     cell(&truncate(&d.step, 80)),
-                    fig.label,
-                    value(fig, f.base.median),
-                    value(fig, f.base.min),
-                    value(fig, f.base.max),
-                    value(fig, f.new.median),
-                    f.change_pct
-                        .map_or("from 0".into(), |c| format!("{c:+.0}%")),
+                    m.label,
+                    m.base_median,
+                    m.base_min,
+                    m.base_max,
+                    m.new_median,
+                    m.change,
                 );
             }
             if d.newly_failing() {

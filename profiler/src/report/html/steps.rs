@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::esc;
 use crate::report::{
     compare::{StepDiff, Verdict},
-    many::{overview, value},
+    many::{Moved, overview, value},
     steps::{FIGURES, StepSummary, Steps},
 };
 
@@ -59,10 +59,7 @@ pub fn render(
                 );
             }
             for f in moved {
-                let fig = FIGURES
-                    .iter()
-                    .find(|x| x.key == f.figure)
-                    .expect("a figure");
+                let m = Moved::of(f);
                 let class = if f.verdict == Verdict::Heavier {
                     "heavier"
                 } else {
@@ -75,13 +72,12 @@ pub fn render(
                     d.status,
                     f.figure,
                     esc(&d.step),
-                    fig.label,
-                    value(fig, f.base.median),
-                    value(fig, f.base.min),
-                    value(fig, f.base.max),
-                    value(fig, f.new.median),
-                    f.change_pct
-                        .map_or("from 0".into(), |c| format!("{c:+.0}%")),
+                    m.label,
+                    m.base_median,
+                    m.base_min,
+                    m.base_max,
+                    m.new_median,
+                    m.change,
                 );
             }
         }
