@@ -2,7 +2,8 @@
 //!
 //! `netpeer serve ADDR`: accept connections one at a time; each sends a 16-byte header (bytes
 //! up, bytes down as little-endian u64), then the up bytes; the server answers with the down
-//! bytes and closes once the client has closed. Prints "ready" when listening.
+//! bytes and closes once the client has closed. Prints "ready" when listening, and before each
+//! close the TCP_INFO line below of its own socket.
 //! `netpeer send ADDR UP DOWN`: the client side. It returns only after the server's close, so
 //! that every packet of the connection has passed while it ran, and prints what the kernel
 //! says it sent (TCP_INFO): `bytes_sent=N segs_out=M bytes_retrans=R` (payload bytes with
@@ -54,23 +55,22 @@ fn serve(addr: &str) -> std::io::Result<()> {
         }
         let up = u64::from_le_bytes(h[..8].try_into().unwrap());
         let down = u64::from_le_bytes(h[8..].try_into().unwrap());
-        let _ = drain(&mut s, up)
+        let done = drain(&mut s, up)
             .and_then(|_| fill(&mut s, down))
-            .and_then(|_| to_eof(&mut s));
+            .and_then(|_| to_eof(&mut s))
+            .and_then(|_| sent(&s));
+        // Before the close, so that a client that waits for it finds the line written. The
+        // reader may be gone: then nobody wants it.
+        if let Ok(line) = done {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+        }
     }
     Ok(())
 }
 
-fn send(addr: &str, up: u64, down: u64) -> std::io::Result<()> {
-    let mut s = TcpStream::connect(addr)?;
-    let mut h = [0u8; 16];
-    h[..8].copy_from_slice(&up.to_le_bytes());
-    h[8..].copy_from_slice(&down.to_le_bytes());
-    s.write_all(&h)?;
-    fill(&mut s, up)?;
-    drain(&mut s, down)?;
-    s.shutdown(Shutdown::Write)?;
-    to_eof(&mut s)?;
+/// What the kernel says this socket sent (TCP_INFO), as the line both sides print.
+fn sent(s: &TcpStream) -> std::io::Result<String> {
     // SAFETY: tcp_info is plain data; the kernel fills at most `len` bytes of it.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -87,10 +87,23 @@ fn send(addr: &str, up: u64, down: u64) -> std::io::Result<()> {
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    println!(
+    Ok(format!(
         "bytes_sent={} segs_out={} bytes_retrans={}",
         info.tcpi_bytes_sent, info.tcpi_segs_out, info.tcpi_bytes_retrans
-    );
+    ))
+}
+
+fn send(addr: &str, up: u64, down: u64) -> std::io::Result<()> {
+    let mut s = TcpStream::connect(addr)?;
+    let mut h = [0u8; 16];
+    h[..8].copy_from_slice(&up.to_le_bytes());
+    h[8..].copy_from_slice(&down.to_le_bytes());
+    s.write_all(&h)?;
+    fill(&mut s, up)?;
+    drain(&mut s, down)?;
+    s.shutdown(Shutdown::Write)?;
+    to_eof(&mut s)?;
+    println!("{}", sent(&s)?);
     Ok(())
 }
 
