@@ -304,20 +304,49 @@ pub fn output_in(dir: &Path, argv: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// What `netpeer send` printed of its socket (TCP_INFO): payload bytes sent with
-/// retransmissions, segments sent, bytes retransmitted.
-pub fn tcp_sent(netpeer_output: &str) -> (u64, u64, u64) {
+/// What a socket's kernel counters (TCP_INFO) say it moved, as `netpeer` prints them.
+#[derive(Debug, Clone, Copy)]
+pub struct Tcp {
+    /// Payload bytes sent, retransmissions included.
+    pub bytes_sent: u64,
+    pub segs_out: u64,
+    pub bytes_retrans: u64,
+    /// Payload bytes received in order (no duplicates).
+    pub bytes_received: u64,
+    pub segs_in: u64,
+}
+
+impl Tcp {
+    /// The IP bytes the socket's packets carried out: the payload plus at most 80 bytes of IP
+    /// and TCP headers a segment (fewer: a GSO packet of many segments carries one set);
+    /// `after` segments for what follows the count (a FIN, last ACKs).
+    pub fn tx(&self, after: u64) -> std::ops::RangeInclusive<u64> {
+        self.bytes_sent..=self.bytes_sent + 80 * (self.segs_out + after)
+    }
+
+    /// The IP bytes that reached the socket, likewise; `dup` bytes of the peer's
+    /// retransmissions may arrive twice.
+    pub fn rx(&self, dup: u64, after: u64) -> std::ops::RangeInclusive<u64> {
+        self.bytes_received..=self.bytes_received + dup + 80 * (self.segs_in + after)
+    }
+}
+
+/// The TCP_INFO line `netpeer` printed of its socket (`send`: last line; `serve`: one a
+/// connection).
+pub fn tcp_info(netpeer_line: &str) -> Tcp {
     let field = |k: &str| -> u64 {
-        netpeer_output
+        netpeer_line
             .split_whitespace()
             .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in netpeer's output {netpeer_output:?}"))
+            .unwrap_or_else(|| panic!("no {k} in netpeer's output {netpeer_line:?}"))
     };
-    (
-        field("bytes_sent"),
-        field("segs_out"),
-        field("bytes_retrans"),
-    )
+    Tcp {
+        bytes_sent: field("bytes_sent"),
+        segs_out: field("segs_out"),
+        bytes_retrans: field("bytes_retrans"),
+        bytes_received: field("bytes_received"),
+        segs_in: field("segs_in"),
+    }
 }
 
 /// Run `argv` inside `dir` to completion; panics unless it succeeds.

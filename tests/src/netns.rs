@@ -5,10 +5,10 @@ use std::{
     io::{BufRead as _, BufReader},
     os::unix::fs::MetadataExt as _,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, ChildStdout, Command, Stdio},
 };
 
-use crate::{Value, netpeer, require_root, sh, spawn_in_piped, u};
+use crate::{Tcp, Value, netpeer, require_root, sh, spawn_in_piped, tcp_info, u};
 
 /// A network namespace made for a test, with loopback up and IPv6 off (no router
 /// solicitations or MLD reports to blur the counts). Deleted on drop.
@@ -96,6 +96,7 @@ pub fn veth(a: &Netns, a_dev: &str, a_addr: &str, b: &Netns, b_dev: &str, b_addr
 /// A `netpeer serve` running in a namespace (or the host's with None); killed on drop.
 pub struct Server {
     child: Child,
+    out: BufReader<ChildStdout>,
 }
 
 impl Server {
@@ -115,12 +116,19 @@ impl Server {
                 .spawn()
                 .unwrap(),
         };
+        let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        out.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready", "netpeer serve {addr} did not start");
-        Self { child }
+        Self { child, out }
+    }
+
+    /// What the server's socket of the next connection moved (TCP_INFO), written before it
+    /// closed: a client that has returned has seen that close.
+    pub fn tcp(&mut self) -> Tcp {
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        tcp_info(&line)
     }
 }
 

@@ -6,8 +6,9 @@
 //! close the TCP_INFO line below of its own socket.
 //! `netpeer send ADDR UP DOWN`: the client side. It returns only after the server's close, so
 //! that every packet of the connection has passed while it ran, and prints what the kernel
-//! says it sent (TCP_INFO): `bytes_sent=N segs_out=M bytes_retrans=R` (payload bytes with
-//! retransmissions, segments, retransmitted bytes).
+//! says it moved (TCP_INFO): `bytes_sent=N segs_out=M bytes_retrans=R bytes_received=N
+//! segs_in=M` (payload bytes with retransmissions, segments, retransmitted bytes; payload
+//! bytes received in order, segments).
 use std::{
     io::{Read, Write},
     net::{Shutdown, TcpListener, TcpStream},
@@ -88,8 +89,12 @@ fn sent(s: &TcpStream) -> std::io::Result<String> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(format!(
-        "bytes_sent={} segs_out={} bytes_retrans={}",
-        info.tcpi_bytes_sent, info.tcpi_segs_out, info.tcpi_bytes_retrans
+        "bytes_sent={} segs_out={} bytes_retrans={} bytes_received={} segs_in={}",
+        info.tcpi_bytes_sent,
+        info.tcpi_segs_out,
+        info.tcpi_bytes_retrans,
+        info.tcpi_bytes_received,
+        info.tcpi_segs_in
     ))
 }
 
