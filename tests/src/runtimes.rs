@@ -536,17 +536,19 @@ impl Drop for Containerd {
     }
 }
 
-/// An OCI bundle for runc: the base image's root filesystem and a spec whose process is
-/// `args` and whose cgroup is `cgroup` (relative to the v2 root), with its own network
-/// namespace (loopback only). Its container (named with [`Self::run`]) is deleted on drop.
-pub struct RuncBundle {
+/// An OCI bundle for `runtime` (runc or crun): the base image's root filesystem and a spec
+/// (runc's default) whose process is `args` and whose cgroup is `cgroup` (relative to the v2
+/// root), with its own network namespace (loopback only). Its container (named with
+/// [`Self::run`]) is deleted on drop.
+pub struct OciBundle {
     pub dir: PathBuf,
+    runtime: &'static str,
     id: Option<String>,
 }
 
-impl RuncBundle {
-    pub fn new(name: &str, cgroup: &Path, args: &[&str]) -> Self {
-        let dir = target().join(format!("runtimes/runc-{name}-{}", std::process::id()));
+impl OciBundle {
+    pub fn new(runtime: &'static str, name: &str, cgroup: &Path, args: &[&str]) -> Self {
+        let dir = target().join(format!("runtimes/{runtime}-{name}-{}", std::process::id()));
         let rootfs = dir.join("rootfs");
         fs::create_dir_all(&rootfs).unwrap();
         crate::sh(&[
@@ -566,23 +568,50 @@ impl RuncBundle {
         spec["linux"]["cgroupsPath"] = format!("/{}", rel.display()).into();
         // runc spec's defaults: own pid, network, ipc, uts and mount namespaces.
         fs::write(&spec_path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
-        Self { dir, id: None }
+        Self {
+            dir,
+            runtime,
+            id: None,
+        }
     }
 
-    /// `runc run` the bundle as container `id`, to its end; returns its output.
+    /// `<runtime> run` the bundle as container `id`, to its end; returns its output.
     pub fn run(&mut self, id: &str) -> String {
+        match self.try_run(id) {
+            Ok(out) => out,
+            Err(e) => panic!("{} run {id} failed: {e}", self.runtime),
+        }
+    }
+
+    /// As [`Self::run`], the runtime's output as the error when it fails.
+    pub fn try_run(&mut self, id: &str) -> Result<String, String> {
         self.id = Some(id.to_owned());
-        let mut cmd = Command::new("runc");
-        cmd.args(["run", "--bundle", self.dir.to_str().unwrap()]);
-        cmd.args(no_pivot());
-        checked(cmd.arg(id))
+        let out = Command::new(self.runtime)
+            .args(["run", "--bundle", self.dir.to_str().unwrap()])
+            .args(no_pivot())
+            .arg(id)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", self.runtime));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(text)
+        }
     }
 }
 
-impl Drop for RuncBundle {
+impl Drop for OciBundle {
     fn drop(&mut self) {
         if let Some(id) = &self.id {
-            let _ = Command::new("runc").args(["delete", "-f", id]).output();
+            let _ = Command::new(self.runtime)
+                .args(["delete", "-f", id])
+                .output();
         }
         unmount_and_remove(&self.dir);
     }

@@ -99,6 +99,8 @@ pub struct Monitor {
     resolver: Option<Resolver>,
     /// Execs whose metadata was asked for and has not arrived.
     metadata_pending: HashSet<u64>,
+    /// Execs to ask about a last time, and when (monotonic ns): see `ask_late`.
+    late_asks: Vec<(u64, u64)>,
     /// What the environments the kernel sent at an exec's first programs say, by (exec,
     /// tgid), until the record of the program's execve picks the exec's first program; and
     /// whether the block was cut (then /proc is read for the rest), and the read it came in.
@@ -109,6 +111,9 @@ pub struct Monitor {
 
 /// Environments kept waiting for their program's execve record.
 const MAX_ENVS: usize = 4096;
+
+/// How long after its second lookup an exec's metadata is looked up a last time.
+const LATE_ASK: Duration = Duration::from_millis(50);
 
 impl Monitor {
     /// What to say once at start: how figures are measured here and what is degraded.
@@ -190,6 +195,22 @@ impl Monitor {
                 if e.command.is_some() {
                     self.ask_again(id);
                 }
+                self.ask_late(id);
+            }
+        }
+        let now = monotonic_ns();
+        let due: Vec<u64> = self
+            .late_asks
+            .extract_if(.., |(_, at)| *at <= now)
+            .map(|(id, _)| id)
+            .collect();
+        for id in due {
+            if self
+                .execs
+                .get(id)
+                .is_some_and(|e| e.removed_ns.is_none() && e.metadata_asked == 2)
+            {
+                self.request_metadata(id);
             }
         }
         for (id, tgid, comm) in first_program {
@@ -239,6 +260,20 @@ impl Monitor {
             e.metadata_asked == 1 && !matches!(e.metadata, None | Some(Lookup::Found(_)))
         }) {
             self.request_metadata(id);
+        }
+    }
+
+    /// A last time, `LATE_ASK` after the second answer found nothing while the exec runs on:
+    /// `crun run` writes its state as the container's program starts, not before it.
+    fn ask_late(&mut self, id: u64) {
+        if let Some(e) = self.execs.get(id)
+            && e.metadata_asked == 2
+            && e.removed_ns.is_none()
+            && !matches!(e.metadata, None | Some(Lookup::Found(_)))
+            && !self.metadata_pending.contains(&id)
+        {
+            self.late_asks
+                .push((id, monotonic_ns() + LATE_ASK.as_nanos() as u64));
         }
     }
 

@@ -157,6 +157,7 @@ impl Monitor {
             notices,
             resolver,
             metadata_pending: HashSet::new(),
+            late_asks: Vec::new(),
             envs: HashMap::new(),
             drains: 0,
         };

@@ -9,7 +9,7 @@ use std::{
 use anyhow::{Result, bail};
 
 use super::{
-    API_TIMEOUT, Connected, RuntimeKind, RuntimeSettings, Source, Sources, docker, podman,
+    API_TIMEOUT, Connected, RuntimeKind, RuntimeSettings, Source, Sources, docker, oci, podman,
 };
 use crate::monitor::NamedExecs;
 
@@ -157,10 +157,7 @@ pub(super) fn buildah_steps(mount: &Path, systemd: bool) -> Vec<NamedExecs> {
 
 /// buildah's steps, named through the state of runc and of crun.
 fn buildah_source() -> Source {
-    Source::Buildah {
-        runc: PathBuf::from("/run/runc"),
-        crun: PathBuf::from("/run/crun"),
-    }
+    Source::Buildah([oci::StateRoot::runc(), oci::StateRoot::crun()])
 }
 
 /// Where a runtime puts its execs by default, relative to the v2 root, by cgroup driver
@@ -242,9 +239,10 @@ pub(super) fn detect() -> Sources {
         let namespace = env::var("CONTAINERD_NAMESPACE").unwrap_or_else(|_| "default".into());
         list.push(Source::Containerd { state, namespace });
     }
-    // runc makes its state root at its first container: look there whether it exists now
-    // or not (a lookup of an exec that is not runc's is one failed open).
-    list.push(Source::Runc(PathBuf::from("/run/runc")));
+    // runc and crun make their state roots at their first container: look there whether
+    // they exist now or not (a lookup of an exec that is not theirs is a failed open each).
+    list.push(Source::Oci(oci::StateRoot::runc()));
+    list.push(Source::Oci(oci::StateRoot::crun()));
     list.push(buildah_source());
     Sources { list, named: None }
 }

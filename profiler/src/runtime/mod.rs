@@ -1,7 +1,7 @@
 //! Container runtimes: where each one puts its execs' cgroups, and what it says about each
-//! exec (container id, name, image, the command it started). Metadata is read once per exec,
-//! when its cgroup appears, on a thread of its own: never on the event loop, never on a hot
-//! path.
+//! exec (container id, name, image, the command it started). Metadata is read when an exec's
+//! cgroup appears, and again until found as docs/runtimes.md "When metadata is read" says, on a
+//! thread of its own: never on the event loop, never on a hot path.
 //!
 //! Sources, by runtime:
 //! - docker: the Engine API on its unix socket (`GET /containers/ID/json`);
@@ -10,7 +10,8 @@
 //! - podman: containers/storage's `containers.json` (name, image) and the container's
 //!   `userdata/config.json` (command);
 //! - containerd: the task bundle `<state>/io.containerd.runtime.v2.task/NS/ID/config.json`;
-//! - runc: its state `<root>/ID/state.json`, which names the bundle;
+//! - runc and crun: their state (`<root>/ID/state.json`, `<root>/ID/status`), which names the
+//!   bundle;
 //! - buildah (and `podman build`): each RUN step's bundle, `<tmp>/buildah<N>/config.json`,
 //!   named by the OCI runtime's state of `buildah-buildah<N>` (runc's `state.json`, crun's
 //!   `status`) while the step runs.
@@ -69,7 +70,7 @@ pub struct RuntimeSettings {
 /// What a runtime said about one exec.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ContainerInfo {
-    /// docker, buildkit, podman, containerd or runc.
+    /// docker, buildkit, podman, containerd, runc, crun or buildah.
     pub runtime: &'static str,
     pub id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -285,13 +286,10 @@ enum Source {
         state: PathBuf,
         namespace: String,
     },
-    /// runc's state root (`runc --root`).
-    Runc(PathBuf),
+    /// An OCI runtime's state (runc, crun) for containers it runs on its own.
+    Oci(oci::StateRoot),
     /// buildah's RUN steps, through the state roots of runc and crun.
-    Buildah {
-        runc: PathBuf,
-        crun: PathBuf,
-    },
+    Buildah([oci::StateRoot; 2]),
 }
 
 impl Source {
@@ -350,11 +348,9 @@ impl Source {
                 }
                 None
             }
-            (Source::Buildah { runc, crun }, C::BuildahStep(id)) => {
-                Some(oci::buildah_step(&[runc, crun], id))
-            }
-            (Source::Runc(root), C::Hex(id) | C::Plain(id)) => {
-                oci::runc_state(root, id, matches!(cand, C::Plain(_)).then_some(path))
+            (Source::Buildah(roots), C::BuildahStep(id)) => Some(oci::buildah_step(roots, id)),
+            (Source::Oci(root), C::Hex(id) | C::Plain(id)) => {
+                root.container(id, matches!(cand, C::Plain(_)).then_some(path))
             }
             _ => None,
         }
@@ -678,13 +674,19 @@ mod tests {
     #[test]
     fn a_named_runtime_reports_unknown_execs() {
         let s = Sources {
-            list: vec![Source::Runc(PathBuf::from("/nonexistent-runc-root"))],
+            list: vec![Source::Oci(oci::StateRoot {
+                runtime: "runc",
+                dir: PathBuf::from("/nonexistent-runc-root"),
+            })],
             named: Some(RuntimeKind::Containerd),
         };
         assert!(matches!(s.resolve("step"), Lookup::Missing(_)));
         // Beside docker's containers, the units of the slice are no containers: no note.
         let docker = Sources {
-            list: vec![Source::Runc(PathBuf::from("/nonexistent-runc-root"))],
+            list: vec![Source::Oci(oci::StateRoot {
+                runtime: "runc",
+                dir: PathBuf::from("/nonexistent-runc-root"),
+            })],
             named: Some(RuntimeKind::Docker),
         };
         assert_eq!(
@@ -696,7 +698,10 @@ mod tests {
             Lookup::Missing(_)
         ));
         let auto = Sources {
-            list: vec![Source::Runc(PathBuf::from("/nonexistent-runc-root"))],
+            list: vec![Source::Oci(oci::StateRoot {
+                runtime: "runc",
+                dir: PathBuf::from("/nonexistent-runc-root"),
+            })],
             named: None,
         };
         assert_eq!(auto.resolve("step"), Lookup::NotContainer);

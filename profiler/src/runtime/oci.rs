@@ -1,7 +1,10 @@
-//! OCI bundles (`config.json`, the runtime spec a container is started from) and runc's
-//! state, which names a container's bundle.
+//! OCI bundles (`config.json`, the runtime spec a container is started from) and the state
+//! of runc and crun, which names a container's bundle.
 
-use std::{fs, io, path::Path};
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
 
 use serde_json::Value;
 
@@ -83,78 +86,107 @@ impl Bundle {
     }
 }
 
-/// A runc container's metadata from `<root>/<id>/state.json`; None when runc there has no
-/// such container (or, with `in_cgroup`, none whose bundle puts it in that cgroup).
-pub fn runc_state(
-    root: &Path,
-    id: &str,
-    in_cgroup: Option<&str>,
-) -> Option<Result<ContainerInfo, String>> {
-    let text = match fs::read(root.join(id).join("state.json")) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-        Err(e) => return Some(Err(format!("runc: cannot read the state of {id}: {e}"))),
-    };
-    let state: Value = match serde_json::from_slice(&text) {
-        Ok(v) => v,
-        Err(e) => return Some(Err(format!("runc: bad state of {id}: {e}"))),
-    };
-    // runc records the bundle as a label: "bundle=/path/to/bundle".
-    let bundle = state["config"]["labels"].as_array().and_then(|l| {
-        l.iter()
-            .filter_map(Value::as_str)
-            .find_map(|s| s.strip_prefix("bundle="))
-            .map(str::to_owned)
-    });
-    let bundle = bundle.and_then(|b| Bundle::read(Path::new(&b)).ok());
-    if let Some(path) = in_cgroup
-        && !bundle.as_ref().is_some_and(|b| b.in_cgroup(path))
-    {
-        return None;
-    }
-    // CRI-O runs runc with kubelet's labels as annotations.
-    Some(Ok(ContainerInfo {
-        runtime: "runc",
-        id: id.to_owned(),
-        name: None,
-        image: None,
-        command: bundle.as_ref().and_then(Bundle::command),
-        k8s: bundle.as_ref().and_then(Bundle::k8s),
-    }))
+/// An OCI runtime's state root, which names each running container's bundle: runc's
+/// `<root>/<id>/state.json` (a label `bundle=`), crun's `<root>/<id>/status` (a key `bundle`).
+#[derive(Debug, Clone)]
+pub struct StateRoot {
+    pub runtime: &'static str,
+    pub dir: PathBuf,
 }
 
-/// A buildah RUN step (`buildah-buildah<N>`, its container name and cgroup): its bundle is
-/// the directory `buildah<N>` that the OCI runtime's state names (runc's `state.json` label
-/// `bundle=`, crun's `status` key `bundle`), else that directory under $TMPDIR or /var/tmp,
-/// where buildah makes it. The name ties bundle and cgroup: a state naming another directory
-/// is not this step's.
-pub fn buildah_step(
-    state_roots: &[&std::path::PathBuf],
-    id: &str,
-) -> Result<ContainerInfo, String> {
-    let dir_name = id.strip_prefix("buildah-").unwrap_or(id);
-    let from_state = state_roots.iter().find_map(|root| {
-        let runc = fs::read(root.join(id).join("state.json"))
-            .ok()
-            .and_then(|t| {
-                let v: Value = serde_json::from_slice(&t).ok()?;
-                v["config"]["labels"]
-                    .as_array()?
-                    .iter()
+impl StateRoot {
+    /// runc's default root (`runc --root`); made at its first container.
+    pub fn runc() -> Self {
+        Self {
+            runtime: "runc",
+            dir: PathBuf::from("/run/runc"),
+        }
+    }
+
+    /// crun's default root as root (`crun --root`).
+    pub fn crun() -> Self {
+        Self {
+            runtime: "crun",
+            dir: PathBuf::from("/run/crun"),
+        }
+    }
+
+    /// The bundle that the state of container `id` names (None inside: the state names
+    /// none). None: this runtime has no such container.
+    fn bundle_of(&self, id: &str) -> Option<Result<Option<PathBuf>, String>> {
+        let runtime = self.runtime;
+        let file = if runtime == "crun" {
+            "status"
+        } else {
+            "state.json"
+        };
+        let text = match fs::read(self.dir.join(id).join(file)) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                return Some(Err(format!(
+                    "{runtime}: cannot read the state of {id}: {e}"
+                )));
+            }
+        };
+        let state: Value = match serde_json::from_slice(&text) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(format!("{runtime}: bad state of {id}: {e}"))),
+        };
+        let bundle = if runtime == "crun" {
+            state["bundle"].as_str().map(str::to_owned)
+        } else {
+            state["config"]["labels"].as_array().and_then(|l| {
+                l.iter()
                     .filter_map(Value::as_str)
                     .find_map(|s| s.strip_prefix("bundle="))
                     .map(str::to_owned)
-            });
-        runc.or_else(|| {
-            let t = fs::read(root.join(id).join("status")).ok()?;
-            let v: Value = serde_json::from_slice(&t).ok()?;
-            v["bundle"].as_str().map(str::to_owned)
-        })
-    });
-    let tmp = std::env::var_os("TMPDIR").map(std::path::PathBuf::from);
-    let dirs = from_state.map(std::path::PathBuf::from).into_iter().chain(
+            })
+        };
+        Some(Ok(bundle.filter(|b| !b.is_empty()).map(PathBuf::from)))
+    }
+
+    /// A container's metadata from its state and bundle; None when this runtime has no such
+    /// container (or, with `in_cgroup`, none whose bundle puts it in that cgroup).
+    pub fn container(
+        &self,
+        id: &str,
+        in_cgroup: Option<&str>,
+    ) -> Option<Result<ContainerInfo, String>> {
+        let bundle = match self.bundle_of(id)? {
+            Ok(b) => b.and_then(|b| Bundle::read(&b).ok()),
+            Err(e) => return Some(Err(e)),
+        };
+        if let Some(path) = in_cgroup
+            && !bundle.as_ref().is_some_and(|b| b.in_cgroup(path))
+        {
+            return None;
+        }
+        // CRI-O runs runc with kubelet's labels as annotations.
+        Some(Ok(ContainerInfo {
+            runtime: self.runtime,
+            id: id.to_owned(),
+            name: None,
+            image: None,
+            command: bundle.as_ref().and_then(Bundle::command),
+            k8s: bundle.as_ref().and_then(Bundle::k8s),
+        }))
+    }
+}
+
+/// A buildah RUN step (`buildah-buildah<N>`, its container name and cgroup): its bundle is
+/// the directory `buildah<N>` that the OCI runtime's state names, else that directory under
+/// $TMPDIR or /var/tmp, where buildah makes it. The name ties bundle and cgroup: a state
+/// naming another directory is not this step's.
+pub fn buildah_step(state_roots: &[StateRoot], id: &str) -> Result<ContainerInfo, String> {
+    let dir_name = id.strip_prefix("buildah-").unwrap_or(id);
+    let from_state = state_roots
+        .iter()
+        .find_map(|root| root.bundle_of(id)?.ok().flatten());
+    let tmp = std::env::var_os("TMPDIR").map(PathBuf::from);
+    let dirs = from_state.into_iter().chain(
         tmp.into_iter()
-            .chain([std::path::PathBuf::from("/var/tmp")])
+            .chain([PathBuf::from("/var/tmp")])
             .map(|t| t.join(dir_name)),
     );
     let mut last = None;
@@ -195,6 +227,16 @@ mod tests {
         let d = std::env::temp_dir().join(format!("profiler-buildah-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         let (runc, crun) = (d.join("runc"), d.join("crun"));
+        let roots = [
+            StateRoot {
+                runtime: "runc",
+                dir: runc.clone(),
+            },
+            StateRoot {
+                runtime: "crun",
+                dir: crun.clone(),
+            },
+        ];
         let bundle = |n: &str, cmd: &str| {
             let b = d.join("tmp").join(n);
             fs::create_dir_all(&b).unwrap();
@@ -230,7 +272,6 @@ mod tests {
             "state.json",
             serde_json::json!({"config": {"labels": [format!("bundle={}", b1.display())]}}),
         );
-        let roots = [&runc, &crun];
         let c = buildah_step(&roots, "buildah-buildah11").unwrap();
         assert_eq!(
             (c.runtime, c.command.as_deref()),
@@ -327,10 +368,11 @@ mod tests {
     }
 
     #[test]
-    fn runc_state_names_the_bundle() {
+    fn runc_and_crun_state_name_the_bundle() {
         let dir = std::env::temp_dir().join(format!("profiler-oci-test-{}", std::process::id()));
         let bundle = dir.join("bundle");
-        fs::create_dir_all(dir.join("root/c1")).unwrap();
+        fs::create_dir_all(dir.join("runc/c1")).unwrap();
+        fs::create_dir_all(dir.join("crun/c1")).unwrap();
         fs::create_dir_all(&bundle).unwrap();
         fs::write(
             bundle.join("config.json"),
@@ -339,21 +381,46 @@ mod tests {
         )
         .unwrap();
         fs::write(
-            dir.join("root/c1/state.json"),
+            dir.join("runc/c1/state.json"),
             format!(
                 r#"{{"id":"c1","config":{{"labels":["bundle={}"]}}}}"#,
                 bundle.display()
             ),
         )
         .unwrap();
-        let c = runc_state(&dir.join("root"), "c1", None).unwrap().unwrap();
-        assert_eq!(c.runtime, "runc");
-        assert_eq!(c.command.as_deref(), Some("/bin/busy 200000"));
-        assert_eq!(c.display_name().as_deref(), Some("n/p"));
-        assert!(runc_state(&dir.join("root"), "c1", Some("/ci/c1")).is_some());
-        // A cgroup of the same name elsewhere is not that container.
-        assert!(runc_state(&dir.join("root"), "c1", Some("/other/c1")).is_none());
-        assert!(runc_state(&dir.join("root"), "c2", None).is_none());
+        // Its keys as crun writes them (libcrun_write_container_status).
+        fs::write(
+            dir.join("crun/c1/status"),
+            format!(
+                r#"{{"pid":42,"process-start-time":7,"cgroup-path":"/ci/c1","scope":"",
+                    "rootfs":"{0}/rootfs","systemd-cgroup":false,"bundle":"{0}","created":
+                    "2026-12-07T18:00:00Z","owner":"","detached":false,
+                    "external_descriptors":"[]"}}"#,
+                bundle.display()
+            ),
+        )
+        .unwrap();
+        for runtime in ["runc", "crun"] {
+            let root = StateRoot {
+                runtime,
+                dir: dir.join(runtime),
+            };
+            let c = root.container("c1", None).unwrap().unwrap();
+            assert_eq!(c.runtime, runtime);
+            assert_eq!(c.command.as_deref(), Some("/bin/busy 200000"));
+            assert_eq!(c.display_name().as_deref(), Some("n/p"));
+            assert!(root.container("c1", Some("/ci/c1")).is_some());
+            // A cgroup of the same name elsewhere is not that container.
+            assert!(root.container("c1", Some("/other/c1")).is_none());
+            assert!(root.container("c2", None).is_none());
+        }
+        fs::write(dir.join("crun/c1/status"), "{").unwrap();
+        let crun = StateRoot {
+            runtime: "crun",
+            dir: dir.join("crun"),
+        };
+        let e = crun.container("c1", None).unwrap().unwrap_err();
+        assert!(e.starts_with("crun: bad state of c1"), "{e}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

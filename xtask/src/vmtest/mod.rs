@@ -40,9 +40,11 @@ const HOST_PACKAGES: &[(&str, &str)] = &[
     ("e2fsprogs", "mkfs.ext4"),
     ("xz-utils", "xz"),
     ("zstd", "zstd"),
-    // The guests run the containerd and runc tests with the host's binaries.
+    // The guests run the containerd, runc and crun tests with the host's binaries (crun
+    // refuses a hybrid host: the guests are where its containers run).
     ("containerd", "containerd"),
     ("runc", "runc"),
+    ("crun", "crun"),
 ];
 
 /// Container runtime programs copied into the guests, with the libraries they link.
@@ -51,6 +53,7 @@ const GUEST_RUNTIME_TOOLS: &[&str] = &[
     "/usr/bin/containerd-shim-runc-v2",
     "/usr/bin/ctr",
     "/usr/sbin/runc",
+    "/usr/bin/crun",
 ];
 
 /// Modules the guest needs, with their dependencies (those built in are skipped).
@@ -288,14 +291,14 @@ fn expected_tests(bin: &Path, filter: &str) -> Result<BTreeSet<String>> {
 
 /// The filter each test binary gets in the guest: the user's, else the tests that can run
 /// there (the guest has no ip(8) with namespace support: of the network tests, only those in
-/// the host namespace run; of the runtime tests, those of containerd and runc, as there is no
-/// dockerd or podman).
+/// the host namespace run; of the runtime tests, those of containerd, runc and crun, as there
+/// is no dockerd or podman).
 fn guest_filter(bin: &Path, filter: Option<&str>) -> String {
     let name = bin.file_name().unwrap_or_default().to_string_lossy();
     match filter {
         Some(f) => f.to_owned(),
         None if name.starts_with("network-") => "host_netns".into(),
-        None if name.starts_with("runtimes-") => "containerd_and_runc".into(),
+        None if name.starts_with("runtimes-") => "containerd_and_runc crun_containers".into(),
         None => String::new(),
     }
 }
