@@ -2,7 +2,12 @@
 //! figures, with final values for execs that end between two samples. Root and BPF needed;
 //! these run on this host (hybrid cgroups) and in the VMs (pure cgroup v2).
 
-use std::{fs, path::Path, thread, time::Duration};
+use std::{
+    fs,
+    path::Path,
+    thread,
+    time::{Duration, Instant},
+};
 
 use profiler_tests::*;
 
@@ -121,25 +126,31 @@ fn cpu_pressure_matches_run_queue_delay() {
 /// Truth for half of them: their own files, read just before removal (the read aggregates
 /// PSI, so the final values must then equal it to the microsecond). The other half are never
 /// read: their cpu usage must match the exec's eBPF on-CPU time (within 5% + 200 us), and
-/// their PSI the attached cgroup's own deltas (PSI is hierarchical and nothing else runs in
-/// it) only roughly (within 100% + 2 ms), because the kernel's PSI total depends on when it aggregates (each CPU
-/// weighs by its non-idle jiffies per aggregation period, and the parent may aggregate in the
-/// middle of an exec). The parent's cpu.stat delta is printed: it matched to 1 us on 6.1,
-/// 6.12 and 6.18, but was once 3.5 ms higher than the exec's own figures on 7.3.
+/// their PSI the deltas of a parent made for each exec (PSI is hierarchical and nothing else
+/// runs in it), to the microsecond: see the check for why the parent must be new.
 #[test]
 fn short_execs_get_final_pressure_and_cpu_usage() {
     let cg = TestCgroup::new("final");
     let scratch = scratch_dir("final");
     let v2 = controllers_on_v2(&cg);
-    // Sample slower than the execs live: the profiler never reads their files.
-    let p = Attached::start(&cg, &["--sample-interval", "60m"]);
+    // Sample slower than the execs live: the profiler never reads their files. Each exec is
+    // alone in a parent of its own: the execs are at depth 2.
+    let p = Attached::start(&cg, &["--sample-interval", "60m", "--exec-depth", "2"]);
+    let controllers = fs::read_to_string(cg.path.join("cgroup.subtree_control")).unwrap();
     let out = scratch.join("f");
     let n = 200;
     let mut truth = Vec::new();
+    let shared = |res: &str| psi_total_us(&cg.path, res, "some");
     for i in 0..n {
-        let parent = |res: &str| psi_total_us(&cg.path, res, "some");
-        let (usage0, io0, cpu0) = (cpu_usage_usec(&cg.path), parent("io"), parent("cpu"));
-        let e = cg.child(&format!("e{i}"));
+        let dir = cg.child(&format!("p{i}"));
+        for c in controllers.split_whitespace() {
+            fs::write(dir.join("cgroup.subtree_control"), format!("+{c}")).unwrap();
+        }
+        let parent = |res: &str| psi_total_us(&dir, res, "some");
+        let (usage0, io0, cpu0) = (cpu_usage_usec(&dir), parent("io"), parent("cpu"));
+        let (sio0, scpu0) = (shared("io"), shared("cpu"));
+        let t0 = Instant::now();
+        let e = cg.child(&format!("p{i}/e{i}"));
         let id = cgroup_id(&e);
         // Born in the cgroup: a task moved in takes its baseline at the attach tracepoint,
         // which fires after the move, so a tick between the two charges the cgroup for time
@@ -166,12 +177,22 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
             )
         });
         rmdir(&e);
-        let (usage1, io1, cpu1) = (cpu_usage_usec(&cg.path), parent("io"), parent("cpu"));
-        truth.push((id, own, (usage1 - usage0, io1 - io0, cpu1 - cpu0)));
+        let (usage1, io1, cpu1) = (cpu_usage_usec(&dir), parent("io"), parent("cpu"));
+        let span = t0.elapsed();
+        let (sio1, scpu1) = (shared("io"), shared("cpu"));
+        rmdir(&dir);
+        truth.push((
+            id,
+            own,
+            (usage1 - usage0, io1 - io0, cpu1 - cpu0),
+            (sio1 - sio0, scpu1 - scpu0),
+            span,
+        ));
     }
     let (mut worst_own, mut worst_parent_psi, mut worst_usage) = (0f64, 0f64, 0u64);
+    let mut worst_shared = 0f64;
     let clock = sched_clock_source();
-    for (id, own, (usage_us, io_us, cpu_us)) in truth {
+    for (id, own, (usage_us, io_us, cpu_us), (shared_io, shared_cpu), span) in truth {
         let rec = p.wait_ended(id, secs(60));
         let c = &rec["cgroup"];
         for name in ["cpu_usage_usec", "io_pressure", "cpu_pressure"] {
@@ -215,38 +236,48 @@ fn short_execs_get_final_pressure_and_cpu_usage() {
                 }
             }
             None => {
-                for (got, want, what) in [(io, io_us, "io"), (cpu, cpu_us, "cpu")] {
-                    // The parent's stall is its only child's (the exec ran alone), yet the
-                    // exec's final figure, replayed at its removal from the per-CPU state, has
-                    // been seen apart from it both ways, unexplained (issue 33): 135 us against
-                    // 0 on a 6.12 guest, 276 us against 691 us on a 7.3 guest, within 50 us on
-                    // most runs. So within 2 ms and 10% of it. Where the kernel distrusts the
-                    // TSC, PSI's clock steps by ticks and the parent aggregates on its own
-                    // schedule: seen 2.3 ms apart on a 6.1 guest, where the bound is the
-                    // parent's figure and 2 ms.
+                // PSI adds, at each aggregation, each CPU's stall since the last one weighted
+                // by that CPU's non-idle time in whole jiffies (collect_percpu_times): a
+                // group's total depends on when it aggregates, and a span of less than a
+                // jiffy of non-idle time adds nothing. A group aggregates when its files are
+                // read and in its periodic work, which starts 2 s after the group's first
+                // task change. The new parent is read before and after the exec only, its
+                // work never runs in between: it aggregates the very per-CPU times the
+                // exec's replay at removal does, in one span. A parent shared by all the
+                // execs has its work cut the spans: printed, not checked (issue 33: 2.3 ms
+                // apart on a 6.1 guest, 135 us against 0 on 6.12).
+                assert!(
+                    span < secs(2),
+                    "the parent's periodic work may have run: {span:?}"
+                );
+                for (got, want, what, whole) in [
+                    (io, io_us, "io", shared_io),
+                    (cpu, cpu_us, "cpu", shared_cpu),
+                ] {
+                    // Where the kernel distrusts the TSC (the 6.1 guest: HPET), the two
+                    // stay apart by up to 1.5% (17 us), either way, for a cause not found yet
+                    // (issue 33; not CONFIG_HZ, measured 250 there).
                     let d = (got - want as f64).abs();
                     let bound = if clock.trusted {
-                        2000.0 + 0.1 * want as f64
+                        2.0
                     } else {
-                        want as f64 + 2000.0
+                        20.0 + 0.02 * want as f64
                     };
                     assert!(
                         d <= bound,
-                        "{what} some {got} us vs parent's {want} us (within {bound} us): {rec}"
-                    );
-                    // Never aggregated reads 0: a stall the parent saw is in the exec's.
-                    assert!(
-                        want < 10 || got > 0.0,
-                        "{what} some 0 where the parent stalled {want} us: {rec}"
+                        "{what} some {got} us vs the parent's {want} us (within {bound} us): {rec}"
                     );
                     worst_parent_psi = worst_parent_psi.max(d);
+                    worst_shared = worst_shared.max((got - whole as f64).abs());
                 }
             }
         }
     }
     eprintln!(
         "MEASURED final figures of {n} short execs: cpu usage vs parent's delta within {worst_usage} us; \
-         PSI vs own file (read before removal) within {worst_own:.1} us; PSI vs parent (never read) within {worst_parent_psi:.1} us"
+         PSI vs own file (read before removal) within {worst_own:.1} us; PSI vs parent (never read) within {worst_parent_psi:.1} us, \
+         vs the parent shared by all within {worst_shared:.1} us (clocksource {})",
+        clock.name
     );
     p.stop();
     let _ = fs::remove_dir_all(&scratch);
