@@ -591,9 +591,9 @@ impl Monitor {
         Ok(out)
     }
 
-    /// Running execs whose names may still change: their runtime's answer is not in, or
-    /// their first program has not been seen and they are younger than [`SETTLE`]. Their
-    /// series wait (a series whose attributes change is a new series).
+    /// Running execs whose names may still change: their runtime's answer is not in (or a
+    /// last lookup is due), or their first program has not been seen and they are younger
+    /// than [`SETTLE`]. Their series wait (a series whose attributes change is a new series).
     pub fn settling(&self) -> HashSet<u64> {
         let now = monotonic_ns();
         self.execs
@@ -601,6 +601,7 @@ impl Monitor {
             .into_iter()
             .filter(|id| {
                 self.metadata_pending.contains(id)
+                    || self.late_asks.iter().any(|(late, _)| late == id)
                     || self.execs.get(*id).is_some_and(|e| {
                         e.command.is_none()
                             && now.saturating_sub(e.started_ns) < SETTLE.as_nanos() as u64
